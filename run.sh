@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# The project's two entry points, each doing its own setup on a fresh machine:
+#   bash run.sh          the main job: validate the bundle
+#   bash run.sh test     the test suite (extra arguments go to pytest)
+# Setup: find Python 3.12, build .venv, install the pinned requirements.
+# A second run reuses the venv while requirements/ and pyproject.toml are unchanged.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+VENV="${MBSKILLS_VENV:-$ROOT/.venv}"
+
+say() { printf 'run.sh: %s\n' "$*" >&2; }
+
+is_py312() { "$1" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))' >/dev/null 2>&1; }
+
+find_python() {
+    local c
+    # Explicit choice first, then PATH, then pyenv's versions (its shim refuses
+    # python3.12 unless that version is selected), then common system paths.
+    for c in "${MBSKILLS_PYTHON:-}" python3.12; do
+        [ -n "$c" ] && command -v "$c" >/dev/null 2>&1 && is_py312 "$c" && { command -v "$c"; return; }
+    done
+    local pyroot
+    pyroot="$( (pyenv root) 2>/dev/null || echo "$HOME/.pyenv")"
+    for c in "$pyroot"/versions/3.12*/bin/python3.12 /usr/bin/python3.12 /usr/local/bin/python3.12; do
+        [ -x "$c" ] && is_py312 "$c" && { echo "$c"; return; }
+    done
+    return 1
+}
+
+ensure_venv() {
+    if [ -x "$VENV/bin/python" ] && is_py312 "$VENV/bin/python"; then
+        return
+    fi
+    local py
+    if ! py="$(find_python)"; then
+        say "Python 3.12 not found (Megatron-Bridge 0.6.2 needs >=3.12,<3.13)."
+        say "Install it (e.g. 'pyenv install 3.12' or 'apt-get install python3.12 python3.12-venv'),"
+        say "or point MBSKILLS_PYTHON at a python3.12 binary."
+        exit 2
+    fi
+    say "creating $VENV with $py"
+    rm -rf "$VENV"
+    "$py" -m venv "$VENV"
+}
+
+# Install a named set of requirement files once; a stamp of their hashes marks it done.
+ensure_deps() {
+    local set="$1"; shift
+    local stamp="$VENV/.mbskills-$set.stamp" want
+    want="$(cat "$@" "$ROOT/pyproject.toml" | sha256sum | cut -d' ' -f1)"
+    if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+        return
+    fi
+    say "installing $set requirements into $VENV"
+    local args=()
+    for f in "$@"; do args+=(-r "$f"); done
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "${args[@]}"
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check \
+        --no-deps --no-build-isolation -e "$ROOT"
+    echo "$want" >"$stamp"
+}
+
+main() {
+    local cmd="${1:-main}"
+    [ $# -gt 0 ] && shift
+    ensure_venv
+    case "$cmd" in
+        main)
+            ensure_deps core "$ROOT/requirements/core.txt"
+            cd "$ROOT"
+            "$VENV/bin/mbskills" validate "$ROOT"
+            ;;
+        test)
+            ensure_deps test "$ROOT/requirements/core.txt" "$ROOT/requirements/test.txt"
+            cd "$ROOT"
+            "$VENV/bin/python" -m pytest -q "$@"
+            ;;
+        *)
+            say "unknown command '$cmd' (use: bash run.sh | bash run.sh test)"
+            exit 2
+            ;;
+    esac
+}
+
+main "$@"

@@ -1,0 +1,95 @@
+"""The `mbskills` command. Exit codes: 0 clean, 1 findings or differences, 2 unusable input."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from . import __version__
+from .findings import UsageError
+
+EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
+
+
+def _default_bundle() -> Path:
+    # The bundle around the working directory, else the one this package ships in.
+    from .skills import find_bundle
+
+    found = find_bundle(Path.cwd())
+    return found.root if found else Path(__file__).resolve().parent.parent
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from .validate import validate_path
+
+    findings = validate_path(Path(args.path))
+    if args.format == "json":
+        print(json.dumps({"path": args.path, "findings": [f.to_dict() for f in findings], "count": len(findings)}, indent=2))
+    else:
+        for finding in findings:
+            print(finding.format(Path.cwd()))
+        print(f"{len(findings)} finding{'s' if len(findings) != 1 else ''} in {args.path}", file=sys.stderr)
+    return EXIT_FINDINGS if findings else EXIT_OK
+
+
+def cmd_install(args: argparse.Namespace) -> int:
+    from .install import install
+    from .skills import Bundle, is_bundle
+
+    source = Path(args.bundle) if args.bundle else _default_bundle()
+    if not is_bundle(source):
+        raise UsageError(f"{source}: not a bundle (no skills/ folder)")
+    result = install(Bundle(source.resolve()), Path(args.dest), link=args.link, force=args.force)
+    mode = "linked" if args.link else "copied"
+    print(f"{mode} {len(result.installed)} skills ({', '.join(result.installed)}) into {result.dest}; {result.files} entries recorded in the manifest")
+    return EXIT_OK
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from .install import verify
+
+    differences = verify(Path(args.dest))
+    for difference in differences:
+        print(difference.format())
+    print(f"{args.dest}: {'clean' if not differences else f'{len(differences)} difference(s)'}", file=sys.stderr)
+    return EXIT_FINDINGS if differences else EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="mbskills", description="Agent skills for Megatron-Bridge: validate, install and verify them.")
+    parser.add_argument("--version", action="version", version=f"mbskills {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("validate", help="check a bundle, a skill or an evals file", description="Findings print as path:line: rule-id: message. Exit 0 clean, 1 findings, 2 unusable input.")
+    p.add_argument("path", nargs="?", default=".", help="bundle folder, skill folder, SKILL.md, card.yaml or evals .json (default: .)")
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.set_defaults(func=cmd_validate)
+
+    p = sub.add_parser("install", help="copy (or link) the skills into an agent's skills folder, without their evals/")
+    p.add_argument("dest", nargs="?", default=".agents/skills", help="destination folder (default: .agents/skills)")
+    p.add_argument("--link", action="store_true", help="symlink each skill's files instead of copying them")
+    p.add_argument("--force", action="store_true", help="overwrite installed copies that were changed since install")
+    p.add_argument("--bundle", help="the bundle to install from (default: the bundle around the working directory, else this package's)")
+    p.set_defaults(func=cmd_install)
+
+    p = sub.add_parser("verify", help="report files added, changed or missing since install")
+    p.add_argument("dest", nargs="?", default=".agents/skills")
+    p.set_defaults(func=cmd_verify)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except UsageError as error:
+        print(f"mbskills: error: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
