@@ -44,6 +44,9 @@ ensure_venv() {
     "$py" -m venv "$VENV"
 }
 
+# Some machines configure local package folders that may be absent; pip warns per package.
+quiet_pip() { { grep -v "^WARNING: Location 'file:" || true; } >&2; }
+
 # Install a named set of requirement files once; a stamp of their hashes marks it done.
 ensure_deps() {
     local set="$1"; shift
@@ -55,9 +58,9 @@ ensure_deps() {
     say "installing $set requirements into $VENV"
     local args=()
     for f in "$@"; do args+=(-r "$f"); done
-    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "${args[@]}"
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "${args[@]}" 2>&1 | quiet_pip
     "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check \
-        --no-deps --no-build-isolation -e "$ROOT"
+        --no-deps --no-build-isolation -e "$ROOT" 2>&1 | quiet_pip
     echo "$want" >"$stamp"
 }
 

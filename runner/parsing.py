@@ -134,7 +134,9 @@ def load_yaml(path: Path, text: str | None = None, line_offset: int = 0) -> Loca
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = (mark.line + 1 if mark else 1) + line_offset
-        problem = exc.problem or exc.context or "syntax error"
+        problem = exc.problem or "syntax error"
+        if exc.context and exc.context_mark is not None:
+            problem += f" ({exc.context} that starts at line {exc.context_mark.line + 1 + line_offset})"
         raise LoadError(path, line, "yaml/syntax", f"invalid YAML: {problem}") from None
     except yaml.YAMLError as exc:
         raise LoadError(path, 1 + line_offset, "yaml/syntax", f"invalid YAML: {exc}") from None

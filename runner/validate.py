@@ -9,7 +9,6 @@ from __future__ import annotations
 import ast
 import re
 import subprocess
-from collections import Counter
 from pathlib import Path
 
 from . import schemas
@@ -105,7 +104,7 @@ def validate_skill(report: Report, root: Path, bundle_names: set[str] | None) ->
         skill = load_skill(root)
     except LoadError as error:
         report.load(error)
-    marker_ids: dict[str, int] = {}
+    marker_ids: dict[str, int] | None = None  # None: SKILL.md unreadable, skip the cross-check
     if skill is not None:
         before = len(report.findings)
         _check_frontmatter(report, skill)
@@ -256,7 +255,7 @@ def _check_scripts(report: Report, root: Path) -> None:
                 report.add(script, line, "skill/script-syntax", f"bash does not parse: {message}")
 
 
-def _check_card(report: Report, root: Path, marker_ids: dict[str, int]) -> None:
+def _check_card(report: Report, root: Path, marker_ids: dict[str, int] | None) -> None:
     card_path = root / CARD_FILE
     card = _load_yaml_file(report, card_path, "card/missing", "skill has no card.yaml")
     if card is None or not _schema(report, card_path, card, "skill-card", "card/schema"):
@@ -270,11 +269,11 @@ def _check_card(report: Report, root: Path, marker_ids: dict[str, int]) -> None:
         if claim["id"] in seen:
             report.add(card_path, line, "card/duplicate-claim", f"claim id {claim['id']!r} is listed twice")
         seen.add(claim["id"])
-        if claim["id"] not in marker_ids:
+        if marker_ids is not None and claim["id"] not in marker_ids:
             report.add(card_path, line, "card/claim-unanchored", f"claim {claim['id']!r} has no <!-- claim: {claim['id']} --> marker in SKILL.md")
         if claim["status"] not in ("unchecked",) and "checked" not in claim:
             report.add(card_path, card.line(("claims", index, "status")), "card/claim-status", f"status {claim['status']!r} needs the 'checked' record that `mbskills check --write-cards` writes")
-    for claim_id, line in sorted(marker_ids.items(), key=lambda item: item[1]):
+    for claim_id, line in sorted((marker_ids or {}).items(), key=lambda item: item[1]):
         if claim_id not in seen:
             report.add(root / SKILL_FILE, line, "skill/claim-unknown", f"claim marker {claim_id!r} has no entry in card.yaml")
 
@@ -303,10 +302,13 @@ def validate_evals(
         names = bundle.skill_names()
     skills_root = bundle.skills_dir if bundle is not None else (path.resolve().parents[2] if owner else None)
 
-    ids = Counter(str(case.id) for case in evals.cases)
+    first_seen: dict[str, int] = {}
     for case in evals.cases:
-        if ids[str(case.id)] > 1:
-            report.add(path, evals.case_line(case.index, "id"), "evals/duplicate-id", f"case id {case.id!r} is used {ids[str(case.id)]} times in this file")
+        line = evals.case_line(case.index, "id")
+        if str(case.id) in first_seen:
+            report.add(path, line, "evals/duplicate-id", f"case id {case.id!r} repeats the id of the case at line {first_seen[str(case.id)]}")
+        else:
+            first_seen[str(case.id)] = line
     if evals.format != FLAT and owner is not None and evals.located.data["skill_name"] != owner:
         report.add(path, evals.located.line(("skill_name",)), "evals/skill-name", f"skill_name {evals.located.data['skill_name']!r} differs from the skill folder {owner!r}")
 

@@ -1,0 +1,70 @@
+"""Shared test helpers: the fixture bundle and a way to drop one bad file into a copy of it."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+TESTS = Path(__file__).resolve().parent
+REPO = TESTS.parent
+FIXTURES = TESTS / "fixtures"
+GOOD_BUNDLE = FIXTURES / "good-bundle"
+BAD = FIXTURES / "bad"
+SHARED_FORMATS = REPO.parent / "shared" / "formats"
+
+# Where a bad file goes in the fixture bundle, by its name's prefix.
+ROLES = {
+    "skill-md-": "skills/demo-skill/SKILL.md",
+    "skill-card-": "skills/demo-skill/card.yaml",
+    "skill-evals-": "skills/demo-skill/evals/evals.json",
+    "bundle-card-": "card.yaml",
+    "bundle-evals-": "evals/{name}",
+    "script-py-": "skills/demo-skill/scripts/{name}",
+    "script-sh-": "skills/demo-skill/scripts/{name}",
+    "standalone-evals-": None,  # validated on its own, outside any bundle
+}
+
+
+def place_bad_file(name: str, root: Path) -> Path:
+    """Copy the good bundle to `root`, put bad file `name` in its role; return the path to validate."""
+    for prefix, target in ROLES.items():
+        if name.startswith(prefix):
+            break
+    else:
+        raise KeyError(f"{name}: no role for this prefix")
+    if target is None:
+        dest = root / name
+        root.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(BAD / name, dest)
+        return dest
+    bundle = root / "bundle"
+    shutil.copytree(GOOD_BUNDLE, bundle)
+    dest = bundle / target.format(name=name)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(BAD / name, dest)
+    return bundle
+
+
+@pytest.fixture
+def good_bundle(tmp_path: Path) -> Path:
+    bundle = tmp_path / "bundle"
+    shutil.copytree(GOOD_BUNDLE, bundle)
+    return bundle
+
+
+@pytest.fixture
+def repo_bundle(tmp_path: Path) -> Path:
+    """A copy of this repository's own bundle (skills, card, evals)."""
+    bundle = tmp_path / "repo-bundle"
+    bundle.mkdir()
+    shutil.copytree(REPO / "skills", bundle / "skills", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(REPO / "evals", bundle / "evals")
+    shutil.copyfile(REPO / "card.yaml", bundle / "card.yaml")
+    return bundle
+
+
+def python() -> str:
+    return sys.executable

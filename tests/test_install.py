@@ -1,0 +1,99 @@
+"""Install into .agents/skills and verify: copies, links, tampering, unsafe destinations."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from runner.findings import UsageError
+from runner.install import MANIFEST, install, verify
+from runner.skills import Bundle
+
+
+def test_copy_leaves_out_evals_and_records_hashes(good_bundle: Path, tmp_path: Path):
+    dest = tmp_path / "project" / ".agents" / "skills"
+    result = install(Bundle(good_bundle), dest)
+    assert result.installed == ["demo-skill"]
+    installed = dest / "demo-skill"
+    assert (installed / "SKILL.md").read_text() == (good_bundle / "skills/demo-skill/SKILL.md").read_text()
+    assert not (installed / "evals").exists()
+    manifest = json.loads((dest / MANIFEST).read_text())
+    files = manifest["skills"]["demo-skill"]["files"]
+    assert set(files) == {"SKILL.md", "card.yaml", "scripts/hello.py", "scripts/hello.sh", "references/notes.md"}
+    assert all(len(digest) == 64 for digest in files.values())
+    assert verify(dest) == []
+
+
+def test_verify_reports_added_changed_missing(good_bundle: Path, tmp_path: Path):
+    dest = tmp_path / "skills"
+    install(Bundle(good_bundle), dest)
+    (dest / "demo-skill/SKILL.md").write_text("tampered\n")
+    (dest / "demo-skill/scripts/hello.sh").unlink()
+    (dest / "demo-skill/scripts/extra.py").write_text("print('new')\n")
+    got = sorted(d.format() for d in verify(dest))
+    assert got == ["added: demo-skill/scripts/extra.py", "changed: demo-skill/SKILL.md", "missing: demo-skill/scripts/hello.sh"]
+
+
+def test_reinstall_is_safe_and_refuses_to_drop_local_edits(good_bundle: Path, tmp_path: Path):
+    dest = tmp_path / "skills"
+    install(Bundle(good_bundle), dest)
+    install(Bundle(good_bundle), dest)  # unchanged copy: reinstall is fine
+    assert verify(dest) == []
+    edited = dest / "demo-skill/SKILL.md"
+    edited.write_text("my local notes\n")
+    with pytest.raises(UsageError, match="changed since install"):
+        install(Bundle(good_bundle), dest)
+    assert edited.read_text() == "my local notes\n"  # nothing lost
+    install(Bundle(good_bundle), dest, force=True)
+    assert verify(dest) == []
+    assert not [p for p in dest.iterdir() if p.name.startswith(".mbskills-staging") or p.name.startswith(".mbskills-retired")]
+
+
+def test_foreign_folder_with_same_name_is_not_overwritten(good_bundle: Path, tmp_path: Path):
+    dest = tmp_path / "skills"
+    (dest / "demo-skill").mkdir(parents=True)
+    (dest / "demo-skill/mine.txt").write_text("keep")
+    with pytest.raises(UsageError, match="not installed by mbskills"):
+        install(Bundle(good_bundle), dest)
+    assert (dest / "demo-skill/mine.txt").read_text() == "keep"
+
+
+def test_other_skills_in_dest_are_left_alone(good_bundle: Path, tmp_path: Path):
+    dest = tmp_path / "skills"
+    (dest / "someone-elses-skill").mkdir(parents=True)
+    (dest / "someone-elses-skill/SKILL.md").write_text("x")
+    install(Bundle(good_bundle), dest)
+    assert (dest / "someone-elses-skill/SKILL.md").read_text() == "x"
+
+
+def test_link_mode_keeps_evals_out_and_follows_source(good_bundle: Path, tmp_path: Path):
+    dest = tmp_path / "skills"
+    install(Bundle(good_bundle), dest, link=True)
+    installed = dest / "demo-skill"
+    assert (installed / "SKILL.md").is_symlink() and not (installed / "evals").exists()
+    (good_bundle / "skills/demo-skill/SKILL.md").write_text((good_bundle / "skills/demo-skill/SKILL.md").read_text() + "\nmore\n")
+    assert verify(dest) == []  # edits in the source show through a link
+    (installed / "SKILL.md").unlink()
+    (installed / "SKILL.md").write_text("replaced link\n")
+    assert [d.format() for d in verify(dest)] == ["changed: demo-skill/SKILL.md"]
+
+
+def test_dest_that_is_a_file_or_under_a_file(good_bundle: Path, tmp_path: Path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(UsageError, match="not a directory"):
+        install(Bundle(good_bundle), blocker)
+    with pytest.raises(UsageError, match="cannot create directory"):
+        install(Bundle(good_bundle), blocker / "skills")
+
+
+def test_verify_without_manifest_or_with_a_broken_one(tmp_path: Path):
+    with pytest.raises(UsageError, match="no .mbskills-manifest.json"):
+        verify(tmp_path)
+    (tmp_path / MANIFEST).write_text("{not json")
+    with pytest.raises(UsageError, match="manifest is unreadable"):
+        verify(tmp_path)
+    with pytest.raises(UsageError, match="not a directory"):
+        verify(tmp_path / "absent")

@@ -1,0 +1,88 @@
+"""Validation rules on targeted edits of the good fixture bundle, and on this repository."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+from runner.findings import UsageError
+from runner.rules import RULES
+from runner.validate import validate_path
+
+
+def rules_of(path: Path) -> set[str]:
+    return {f.rule for f in validate_path(path)}
+
+
+def test_repository_bundle_is_clean():
+    findings = validate_path(REPO)
+    assert findings == [], [f.format(REPO) for f in findings]
+
+
+def test_repository_skills_pass_the_reference_validator():
+    from skills_ref.validator import validate as reference_validate
+
+    for skill in sorted((REPO / "skills").iterdir()):
+        assert reference_validate(skill) == [], skill.name
+
+
+def test_each_skill_validates_alone():
+    for skill in sorted((REPO / "skills").iterdir()):
+        assert validate_path(skill) == []
+
+
+def test_unlisted_skill_and_missing_files(good_bundle: Path):
+    extra = good_bundle / "skills" / "extra-skill"
+    extra.mkdir()
+    found = rules_of(good_bundle)
+    assert {"bundle/unlisted-skill", "skill/missing", "card/missing", "evals/missing"} <= found
+
+
+def test_reference_validator_is_consulted_when_own_rules_pass(good_bundle: Path, monkeypatch):
+    # A problem only the reference validator knows about must still surface.
+    import skills_ref.validator
+
+    monkeypatch.setattr(skills_ref.validator, "validate", lambda root: ["pretend spec rule broken"])
+    findings = validate_path(good_bundle)
+    assert [(f.rule, f.message) for f in findings] == [("skill/spec", "skills-ref: pretend spec rule broken")]
+
+
+def test_inline_code_paths_inside_fences_are_not_checked(good_bundle: Path):
+    skill_md = good_bundle / "skills/demo-skill/SKILL.md"
+    skill_md.write_text(skill_md.read_text() + "\n```bash\necho `scripts/not-here.py`\n```\n")
+    assert validate_path(good_bundle) == []
+    skill_md.write_text(skill_md.read_text() + "\nRun `scripts/not-here.py`.\n")
+    assert rules_of(good_bundle) == {"skill/missing-file"}
+
+
+def test_duplicate_claim_marker(good_bundle: Path):
+    skill_md = good_bundle / "skills/demo-skill/SKILL.md"
+    skill_md.write_text(skill_md.read_text() + "\n<!-- claim: demo-enable -->\n")
+    assert rules_of(good_bundle) == {"skill/duplicate-claim"}
+
+
+def test_expected_skill_may_name_another_skill_of_the_bundle(repo_bundle: Path):
+    evals = repo_bundle / "skills/nemo-mbridge-perf-megatron-fsdp/evals/evals.json"
+    cases = json.loads(evals.read_text())
+    assert any(c["expected_skill"] == "nemo-mbridge-perf-tp-dp-comm-overlap" for c in cases)
+    assert validate_path(repo_bundle) == []
+
+
+def test_unusable_paths_raise_usage_error(tmp_path: Path):
+    with pytest.raises(UsageError, match="no such file"):
+        validate_path(tmp_path / "absent")
+    (tmp_path / "plain").mkdir()
+    with pytest.raises(UsageError, match="not a skill"):
+        validate_path(tmp_path / "plain")
+    (tmp_path / "notes.txt").write_text("hi")
+    with pytest.raises(UsageError, match="cannot validate"):
+        validate_path(tmp_path / "notes.txt")
+
+
+def test_readme_documents_every_rule():
+    readme = (REPO / "README.md").read_text()
+    missing = [rule for rule in RULES if f"`{rule}`" not in readme]
+    assert missing == []
