@@ -86,3 +86,36 @@ def test_readme_documents_every_rule():
     readme = (REPO / "README.md").read_text()
     missing = [rule for rule in RULES if f"`{rule}`" not in readme]
     assert missing == []
+
+
+def test_bundle_without_card_or_skills(tmp_path: Path):
+    (tmp_path / "skills").mkdir()
+    assert rules_of(tmp_path) == {"bundle/card-missing", "bundle/empty"}
+
+
+def test_unreadable_file_is_a_finding(good_bundle: Path, monkeypatch):
+    # Root can read anything, so simulate the permission error the OS would raise.
+    target = (good_bundle / "skills/demo-skill/SKILL.md").resolve()
+    original = Path.read_bytes
+
+    def read_bytes(self: Path) -> bytes:
+        if self.resolve() == target:
+            raise PermissionError(13, "Permission denied")
+        return original(self)
+
+    monkeypatch.setattr(Path, "read_bytes", read_bytes)
+    findings = validate_path(good_bundle)
+    assert [(f.rule, f.message) for f in findings] == [("file/unreadable", "cannot read file: Permission denied")]
+
+
+# Rules covered here rather than by a file in tests/fixtures/bad/.
+COVERED_BY_TESTS = {"bundle/card-missing", "bundle/empty", "bundle/unlisted-skill", "skill/missing", "card/missing", "evals/missing", "skill/spec", "skill/duplicate-claim", "file/unreadable"}
+
+
+def test_every_rule_has_a_failing_fixture():
+    import yaml
+
+    from conftest import BAD
+
+    corpus = {entry["rule"] for entry in yaml.safe_load((BAD / "EXPECTED.yaml").read_text()).values()}
+    assert set(RULES) - corpus - COVERED_BY_TESTS == set()
