@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The project's two entry points, each doing its own setup on a fresh machine:
-#   bash run.sh          the main job: validate the bundle
+#   bash run.sh          the main job: validate the bundle, then check every skill claim
+#                        against the pinned Megatron-Bridge (CPU)
 #   bash run.sh test     the test suite (extra arguments go to pytest)
-# Setup: find Python 3.12, build .venv, install the pinned requirements.
+# Setup: find Python 3.12, build .venv, install requirements/lock.txt, then
+# megatron-bridge without its own dependencies (requirements/bridge-nodeps.txt).
 # A second run reuses the venv while requirements/ and pyproject.toml are unchanged.
 set -euo pipefail
 
@@ -47,20 +49,21 @@ ensure_venv() {
 # Some machines configure local package folders that may be absent; pip warns per package.
 quiet_pip() { { grep -v "^WARNING: Location 'file:" || true; } >&2; }
 
-# Install a named set of requirement files once; a stamp of their hashes marks it done.
+# Install the pinned set once; a stamp of the requirement files' hashes marks it done.
 ensure_deps() {
-    local set="$1"; shift
-    local stamp="$VENV/.mbskills-$set.stamp" want
-    want="$(cat "$@" "$ROOT/pyproject.toml" | sha256sum | cut -d' ' -f1)"
+    local req="$ROOT/requirements"
+    local stamp="$VENV/.mbskills.stamp" want
+    want="$(cat "$req/lock.txt" "$req/bridge-nodeps.txt" "$ROOT/pyproject.toml" | sha256sum | cut -d' ' -f1)"
     if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
         return
     fi
-    say "installing $set requirements into $VENV"
-    local args=()
-    for f in "$@"; do args+=(-r "$f"); done
-    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "${args[@]}" 2>&1 | quiet_pip
-    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check \
-        --no-deps --no-build-isolation -e "$ROOT" 2>&1 | quiet_pip
+    say "installing pinned requirements into $VENV (torch and Megatron-Bridge: a few GB, a few minutes the first time)"
+    local pip=("$VENV/bin/python" -m pip install --quiet --disable-pip-version-check)
+    "${pip[@]}" -r "$req/lock.txt" 2>&1 | quiet_pip
+    # Bridge's declared dependencies include CUDA-only packages (Transformer Engine);
+    # lock.txt carries the part its training config layer imports.
+    "${pip[@]}" --no-deps -r "$req/bridge-nodeps.txt" 2>&1 | quiet_pip
+    "${pip[@]}" --no-deps --no-build-isolation -e "$ROOT" 2>&1 | quiet_pip
     echo "$want" >"$stamp"
 }
 
@@ -70,12 +73,13 @@ main() {
     ensure_venv
     case "$cmd" in
         main)
-            ensure_deps core "$ROOT/requirements/core.txt"
+            ensure_deps
             cd "$ROOT"
             "$VENV/bin/mbskills" validate "$ROOT"
+            "$VENV/bin/mbskills" check --out "$ROOT/out/claims"
             ;;
         test)
-            ensure_deps test "$ROOT/requirements/core.txt" "$ROOT/requirements/test.txt"
+            ensure_deps
             cd "$ROOT"
             "$VENV/bin/python" -m pytest -q "$@"
             ;;

@@ -57,6 +57,36 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return EXIT_FINDINGS if differences else EXIT_OK
 
 
+def cmd_check(args: argparse.Namespace) -> int:
+    import time
+
+    from .skills import Bundle, is_bundle
+
+    source = Path(args.bundle) if args.bundle else _default_bundle()
+    if not is_bundle(source):
+        raise UsageError(f"{source}: not a bundle (no skills/ folder)")
+    bundle = Bundle(source.resolve())
+    unknown = set(args.skill or ()) - bundle.skill_names()
+    if unknown:
+        raise UsageError(f"no such skill in {source}: {', '.join(sorted(unknown))}")
+    start = time.perf_counter()
+    from .claims.run import PASSED, format_table, run_checks, write_cards, write_reports
+    from .claims.environment import versions
+
+    results = run_checks(bundle, skills=args.skill, pattern=args.claim)
+    if not results:
+        raise UsageError(f"no claim matches --claim {args.claim!r}")
+    seconds = time.perf_counter() - start
+    found = versions()
+    print(format_table(results))
+    json_path, junit_path = write_reports(results, Path(args.out), found, seconds)
+    print(f"{len(results)} claims in {seconds:.1f} s against megatron-bridge {found['megatron-bridge']}, megatron-core {found['megatron-core']}; wrote {json_path} and {junit_path}", file=sys.stderr)
+    if args.write_cards:
+        for path in write_cards(bundle, results, found):
+            print(f"updated {path}", file=sys.stderr)
+    return EXIT_OK if all(r.status == PASSED for r in results) else EXIT_FINDINGS
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mbskills", description="Agent skills for Megatron-Bridge: validate, install and verify them.")
     parser.add_argument("--version", action="version", version=f"mbskills {__version__}")
@@ -66,6 +96,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("path", nargs="?", default=".", help="bundle folder, skill folder, SKILL.md, card.yaml or evals .json (default: .)")
     p.add_argument("--format", choices=("text", "json"), default="text")
     p.set_defaults(func=cmd_validate)
+
+    p = sub.add_parser("check", help="run every SKILL.md claim against the installed Megatron-Bridge", description="Runs each claim's check in one process. Exit 0 all passed, 1 a claim failed, 2 unusable input or no Megatron-Bridge.")
+    p.add_argument("--skill", action="append", help="only this skill (repeatable)")
+    p.add_argument("--claim", default="*", help="only claims whose id matches this glob")
+    p.add_argument("--out", default="out/claims", help="folder for claims.json and junit.xml (default: out/claims)")
+    p.add_argument("--write-cards", action="store_true", help="record status, versions and date in each skill's card.yaml")
+    p.add_argument("--bundle", help="the bundle to check (default: the bundle around the working directory, else this package's)")
+    p.set_defaults(func=cmd_check)
 
     p = sub.add_parser("install", help="copy (or link) the skills into an agent's skills folder, without their evals/")
     p.add_argument("dest", nargs="?", default=".agents/skills", help="destination folder (default: .agents/skills)")

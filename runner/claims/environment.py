@@ -1,0 +1,197 @@
+"""What a claim check needs from the pinned Megatron-Bridge on a CPU machine.
+
+- `install_te_placeholders()`: Megatron-Bridge 0.6.2 imports Transformer Engine
+  unconditionally in exactly two modules that the training config layer pulls in
+  (`TE_ONLY_MODULES`). TE cannot be installed without CUDA, so those two modules are
+  replaced by placeholders whose every use raises; megatron-core itself still sees TE as
+  absent, as on any machine without it. Only those names are intercepted: any other
+  import error surfaces unchanged.
+- `tiny_config()`: a ConfigContainer around a 2-layer GPT (hidden 64), NullTokenizer and
+  mock data, so no recipe reads a config from a model hub.
+- `resolve()`: Bridge's own `runtime_config_update()` with WORLD_SIZE set, the way a real
+  launch reaches validation, with os.environ restored afterwards.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import logging
+import os
+import sys
+import types
+from typing import Any, Iterator
+
+TE_ONLY_MODULES = frozenset({"megatron.bridge.peft.lora_layers", "megatron.bridge.models.gpt_full_te_layer_autocast_spec"})
+
+
+class NeedsTransformerEngine(ImportError):
+    """Raised by any use of a placeholder."""
+
+
+class _Placeholder:
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def _fail(self, *args: Any, **kwargs: Any) -> Any:
+        raise NeedsTransformerEngine(f"{self._name} needs Transformer Engine, which is not installed")
+
+    __call__ = _fail
+
+    def __getattr__(self, item: str) -> Any:
+        self._fail()
+
+    def __mro_entries__(self, bases: tuple) -> tuple:
+        self._fail()
+
+
+class _PlaceholderFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+        return importlib.machinery.ModuleSpec(name, self) if name in TE_ONLY_MODULES else None
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
+        module = types.ModuleType(spec.name, "placeholder: this module needs Transformer Engine")
+        module.__getattr__ = lambda attr, _name=spec.name: _Placeholder(f"{_name}.{attr}")  # type: ignore[attr-defined]
+        return module
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        pass
+
+
+def install_te_placeholders() -> bool:
+    """Intercept the two TE-only modules when TE is absent; True if installed now or before."""
+    if any(isinstance(finder, _PlaceholderFinder) for finder in sys.meta_path):
+        return True
+    if importlib.util.find_spec("transformer_engine") is not None:
+        return False
+    sys.meta_path.insert(0, _PlaceholderFinder())
+    return True
+
+
+@contextlib.contextmanager
+def preserved_environ() -> Iterator[None]:
+    """runtime_config_update writes cfg.env_vars into os.environ; undo that after a check."""
+    saved = dict(os.environ)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+@contextlib.contextmanager
+def quiet() -> Iterator[None]:
+    """Keep Megatron's prints, log handlers and Python warnings out of the report.
+
+    Root-logger records still reach handlers that checks add (collect_warnings).
+    """
+    import io
+    import warnings
+
+    root = logging.getLogger()
+    saved_handlers, saved_level = root.handlers[:], root.level
+    root.handlers = [logging.NullHandler()]  # not empty: logging's last-resort handler would print
+    root.setLevel(logging.WARNING)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        # Megatron may install its own handlers while importing; drop those, restore ours.
+        root.handlers = saved_handlers
+        root.setLevel(saved_level)
+
+
+class WarningCollector(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+@contextlib.contextmanager
+def collect_warnings() -> Iterator[list[str]]:
+    collector = WarningCollector()
+    root = logging.getLogger()
+    root.addHandler(collector)
+    try:
+        yield collector.messages
+    finally:
+        root.removeHandler(collector)
+
+
+def tiny_config(
+    *,
+    tp: int = 1,
+    sp: bool = False,
+    pp: int = 1,
+    vpp: int | None = None,
+    distributed_optimizer: bool = False,
+    comm_overlap: Any = None,
+) -> Any:
+    from megatron.bridge.models import GPTModelProvider
+    from megatron.bridge.training.config import (
+        CheckpointConfig,
+        ConfigContainer,
+        LoggerConfig,
+        MockGPTDatasetConfig,
+        OptimizerConfig,
+        SchedulerConfig,
+        TokenizerConfig,
+        TrainingConfig,
+    )
+    from megatron.core.distributed import DistributedDataParallelConfig
+
+    seq_length, vocab = 64, 256
+    return ConfigContainer(
+        model=GPTModelProvider(
+            num_layers=max(2, pp * (vpp or 1)),
+            hidden_size=64,
+            num_attention_heads=max(4, tp),
+            seq_length=seq_length,
+            vocab_size=vocab,
+            tensor_model_parallel_size=tp,
+            sequence_parallel=sp,
+            pipeline_model_parallel_size=pp,
+            virtual_pipeline_model_parallel_size=vpp,
+            apply_rope_fusion=False,
+        ),
+        train=TrainingConfig(global_batch_size=128, micro_batch_size=1, train_iters=10),
+        optimizer=OptimizerConfig(optimizer="adam", lr=1e-4, use_distributed_optimizer=distributed_optimizer),
+        scheduler=SchedulerConfig(lr_decay_style="constant", lr_warmup_iters=0),
+        dataset=MockGPTDatasetConfig(seq_length=seq_length, random_seed=1234, reset_position_ids=False, reset_attention_mask=False, eod_mask_loss=False),
+        logger=LoggerConfig(),
+        tokenizer=TokenizerConfig(tokenizer_type="NullTokenizer", vocab_size=vocab),
+        checkpoint=CheckpointConfig(),
+        ddp=DistributedDataParallelConfig(use_distributed_optimizer=distributed_optimizer),
+        comm_overlap=comm_overlap,
+    )
+
+
+def resolve(cfg: Any, world_size: int = 8, environ: dict[str, str] | None = None) -> Any:
+    """runtime_config_update(cfg) at `world_size` ranks, with extra environment variables."""
+    from megatron.bridge.training.config import runtime_config_update
+
+    with preserved_environ():
+        os.environ["WORLD_SIZE"] = str(world_size)
+        for name in ("CUDA_DEVICE_MAX_CONNECTIONS",):
+            os.environ.pop(name, None)  # the caller's shell must not decide a check
+        os.environ.update(environ or {})
+        runtime_config_update(cfg)
+    return cfg
+
+
+def versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for name in ("megatron-bridge", "megatron-core", "torch"):
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            out[name] = "absent"
+    return out

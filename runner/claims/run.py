@@ -1,0 +1,151 @@
+"""`mbskills check`: run every claim of every skill in one process, report, update cards.
+
+Imports megatron (through the check modules) once, at `load_checks()`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import fnmatch
+import json
+import time
+import traceback
+import xml.etree.ElementTree as ET
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from ..findings import UsageError
+from ..parsing import load_yaml
+from ..skills import CARD_FILE, SKILL_FILE, Bundle
+from .registry import CHECKS, Context
+from .sections import read_sections
+
+PASSED, FAILED, ERROR, MISSING = "passed", "failed", "error", "no-check"
+
+
+@dataclass
+class ClaimResult:
+    skill: str
+    claim: str
+    statement: str
+    status: str  # passed | failed | error | no-check
+    seconds: float
+    message: str = ""
+
+
+def load_checks() -> dict:
+    """Import the heavy side once: TE placeholders first, then Bridge's config layer and the checks."""
+    import os
+
+    from .environment import install_te_placeholders, quiet
+
+    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")  # torch's C++ start-up notes
+    install_te_placeholders()
+    try:
+        with quiet():
+            import megatron.bridge.training.config  # noqa: F401 - the one slow import, timed apart from the checks
+
+            from . import fsdp, overlap  # noqa: F401 - registering their checks is the point
+    except ImportError as error:
+        raise UsageError(f"cannot import the pinned Megatron-Bridge ({error}); set up the environment with `bash run.sh`") from None
+    return CHECKS
+
+
+def run_checks(bundle: Bundle, *, skills: list[str] | None = None, pattern: str = "*") -> list[ClaimResult]:
+    from .environment import quiet
+
+    load_checks()
+    with quiet():
+        return _run_all(bundle, skills, pattern)
+
+
+def _run_all(bundle: Bundle, skills: list[str] | None, pattern: str) -> list[ClaimResult]:
+    results: list[ClaimResult] = []
+    for root in bundle.skill_dirs():
+        if skills and root.name not in skills:
+            continue
+        card = load_yaml(root / CARD_FILE).data
+        sections = read_sections(root / SKILL_FILE)
+        for entry in card.get("claims", []):
+            claim_id = entry["id"]
+            if not fnmatch.fnmatchcase(claim_id, pattern):
+                continue
+            results.append(_run_one(root, claim_id, entry.get("statement", ""), sections))
+    return results
+
+
+def _run_one(root: Path, claim_id: str, statement: str, sections: dict) -> ClaimResult:
+    check = CHECKS.get((root.name, claim_id))
+    if check is None:
+        return ClaimResult(root.name, claim_id, statement, MISSING, 0.0, "no check is registered for this claim")
+    if claim_id not in sections:
+        return ClaimResult(root.name, claim_id, statement, FAILED, 0.0, "SKILL.md has no marker for this claim")
+    start = time.perf_counter()
+    try:
+        check.func(Context(root.name, root, sections[claim_id], sections))
+    except AssertionError as failure:
+        return ClaimResult(root.name, claim_id, statement, FAILED, time.perf_counter() - start, str(failure) or "assertion failed")
+    except Exception as error:  # a check that crashes says so, with where
+        where = traceback.extract_tb(error.__traceback__)[-1]
+        return ClaimResult(root.name, claim_id, statement, ERROR, time.perf_counter() - start, f"{type(error).__name__}: {error} ({Path(where.filename).name}:{where.lineno})")
+    return ClaimResult(root.name, claim_id, statement, PASSED, time.perf_counter() - start)
+
+
+def format_table(results: list[ClaimResult]) -> str:
+    rows = [("claim", "skill", "status", "seconds")] + [(r.claim, r.skill, r.status, f"{r.seconds:.2f}") for r in results]
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    lines = ["  ".join(cell.ljust(widths[i]) if i < 3 else cell.rjust(widths[i]) for i, cell in enumerate(row)) for row in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    for r in results:
+        if r.status != PASSED:
+            lines.append(f"{r.skill}/{r.claim}: {r.status}: {r.message}")
+    passed = sum(r.status == PASSED for r in results)
+    lines.append(f"{passed} passed, {len(results) - passed} failed")
+    return "\n".join(lines)
+
+
+def write_reports(results: list[ClaimResult], out: Path, versions: dict[str, str], seconds: float) -> tuple[Path, Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    json_path, junit_path = out / "claims.json", out / "junit.xml"
+    payload = {"schema": "mbskills-claims/1", "tier": "cpu", "versions": versions, "seconds": round(seconds, 3), "results": [asdict(r) for r in results]}
+    json_path.write_text(json.dumps(payload, indent=2) + "\n", "utf-8")
+    suite = ET.Element("testsuite", name="mbskills-claims", tests=str(len(results)), failures=str(sum(r.status == FAILED for r in results)), errors=str(sum(r.status in (ERROR, MISSING) for r in results)), time=f"{seconds:.3f}")
+    for r in results:
+        case = ET.SubElement(suite, "testcase", classname=r.skill, name=r.claim, time=f"{r.seconds:.3f}")
+        if r.status == FAILED:
+            ET.SubElement(case, "failure", message=r.message).text = r.statement
+        elif r.status in (ERROR, MISSING):
+            ET.SubElement(case, "error", message=r.message).text = r.statement
+    ET.ElementTree(suite).write(junit_path, encoding="utf-8", xml_declaration=True)
+    return json_path, junit_path
+
+
+def write_cards(bundle: Bundle, results: list[ClaimResult], versions: dict[str, str], today: dt.date | None = None) -> list[Path]:
+    """Record each result in its card (round-trip YAML keeps comments and layout)."""
+    from ruamel.yaml import YAML
+
+    yaml = YAML()
+    yaml.preserve_quotes = True
+    yaml.width = 4096  # never re-wrap the hand-written text
+    yaml.indent(mapping=2, sequence=4, offset=2)  # the cards' "  - id:" layout
+    date = (today or dt.date.today()).isoformat()
+    by_skill: dict[str, dict[str, ClaimResult]] = {}
+    for r in results:
+        by_skill.setdefault(r.skill, {})[r.claim] = r
+    written = []
+    for skill, claims in sorted(by_skill.items()):
+        path = bundle.skills_dir / skill / CARD_FILE
+        card = yaml.load(path.read_text("utf-8"))
+        for entry in card["claims"]:
+            result = claims.get(entry["id"])
+            if result is None:
+                continue
+            entry["status"] = "verified-cpu" if result.status == PASSED else "failed"
+            record = {"tier": "cpu", "date": date, **versions}
+            if result.status != PASSED:
+                record["message"] = result.message
+            entry["checked"] = record
+        with path.open("w", encoding="utf-8") as handle:
+            yaml.dump(card, handle)
+        written.append(path)
+    return written
