@@ -49,11 +49,25 @@ ensure_venv() {
 # Some machines configure local package folders that may be absent; pip warns per package.
 quiet_pip() { { grep -v "^WARNING: Location 'file:" || true; } >&2; }
 
+requirements_hash() {
+    cat "$ROOT/requirements/lock.txt" "$ROOT/requirements/bridge-nodeps.txt" "$ROOT/pyproject.toml" | sha256sum | cut -d' ' -f1
+}
+
+# A venv built from other requirements is rebuilt, so that packages dropped from the
+# lock do not linger in it.
+drop_stale_venv() {
+    local stamp="$VENV/.mbskills.stamp"
+    if [ -f "$stamp" ] && [ "$(cat "$stamp")" != "$(requirements_hash)" ]; then
+        say "requirements changed since $VENV was built; rebuilding it"
+        rm -rf "$VENV"
+    fi
+}
+
 # Install the pinned set once; a stamp of the requirement files' hashes marks it done.
 ensure_deps() {
     local req="$ROOT/requirements"
     local stamp="$VENV/.mbskills.stamp" want
-    want="$(cat "$req/lock.txt" "$req/bridge-nodeps.txt" "$ROOT/pyproject.toml" | sha256sum | cut -d' ' -f1)"
+    want="$(requirements_hash)"
     if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
         return
     fi
@@ -70,6 +84,7 @@ ensure_deps() {
 main() {
     local cmd="${1:-main}"
     [ $# -gt 0 ] && shift
+    drop_stale_venv
     ensure_venv
     case "$cmd" in
         main)

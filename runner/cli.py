@@ -88,7 +88,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="mbskills", description="Agent skills for Megatron-Bridge: validate, install and verify them.")
+    parser = argparse.ArgumentParser(prog="mbskills", description="Agent skills for Megatron-Bridge: validate them, check their claims against the pinned release, install and verify them.")
     parser.add_argument("--version", action="version", version=f"mbskills {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -129,5 +129,20 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
+def entry() -> None:
+    """Console entry point. After `check`, skip the interpreter's teardown of torch and
+    megatron (about 4 s on a 2-core machine): every report is written and flushed by then."""
+    code = main()
+    if "torch" in sys.modules:
+        import logging
+        import os
+
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
+
+
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    entry()

@@ -66,6 +66,8 @@ def mutate(path: Path, old: str, new: str) -> None:
 @pytest.mark.parametrize(
     ("skill", "old", "new", "claim"),
     [
+        # a reference script that stops reporting one pitfall
+        (FSDP, 'if _get(cfg, "dist.use_tp_pp_dp_mapping"):', 'if False:', "fsdp-preflight-script"),
         # the enablement block's checkpoint format: the executed snippet now fails validation
         (FSDP, 'cfg.checkpoint.ckpt_format = "fsdp_dtensor"\n```', 'cfg.checkpoint.ckpt_format = "torch_dist"\n```', "fsdp-enable-override"),
         # a pitfall's quoted error message
@@ -80,7 +82,8 @@ def mutate(path: Path, old: str, new: str) -> None:
 )
 def test_breaking_one_fact_fails_exactly_its_check(checks, tmp_path: Path, skill, old, new, claim):
     bundle = copy_bundle(tmp_path)
-    mutate(bundle / "skills" / skill / "SKILL.md", old, new)
+    target = bundle / "skills" / skill / ("scripts/fsdp_preflight.py" if claim == "fsdp-preflight-script" else "SKILL.md")
+    mutate(target, old, new)
     results = run_checks(Bundle(bundle), skills=[skill])
     assert failing(results) == {claim}, [(r.claim, r.message) for r in results if r.status != PASSED]
 

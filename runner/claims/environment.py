@@ -70,10 +70,19 @@ def install_te_placeholders() -> bool:
     return True
 
 
+# Variables Bridge's validation reads: the caller's shell must not decide a check.
+VALIDATION_ENV = ("CUDA_DEVICE_MAX_CONNECTIONS", "WORLD_SIZE")
+
+
 @contextlib.contextmanager
 def preserved_environ() -> Iterator[None]:
-    """runtime_config_update writes cfg.env_vars into os.environ; undo that after a check."""
+    """runtime_config_update writes cfg.env_vars into os.environ; undo that after a check.
+
+    Inside, the variables that validation reads start unset.
+    """
     saved = dict(os.environ)
+    for name in VALIDATION_ENV:
+        os.environ.pop(name, None)
     try:
         yield
     finally:
@@ -82,10 +91,12 @@ def preserved_environ() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def quiet() -> Iterator[None]:
+def quiet(stderr: bool = False) -> Iterator[None]:
     """Keep Megatron's prints, log handlers and Python warnings out of the report.
 
-    Root-logger records still reach handlers that checks add (collect_warnings).
+    Root-logger records still reach handlers that checks add (collect_warnings). With
+    `stderr`, for the import: handlers that Megatron and torch create then bind to a
+    buffer, so their import-time notes (no CUDA, no TE) stay out of the terminal.
     """
     import io
     import warnings
@@ -94,14 +105,24 @@ def quiet() -> Iterator[None]:
     saved_handlers, saved_level = root.handlers[:], root.level
     root.handlers = [logging.NullHandler()]  # not empty: logging's last-resort handler would print
     root.setLevel(logging.WARNING)
+    # Some of their loggers carry their own handlers; the checks only read root-logger records.
+    noisy = {name: logging.getLogger(name).level for name in ("megatron", "torch")}
+    for name in noisy:
+        logging.getLogger(name).setLevel(logging.ERROR)
     try:
-        with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(contextlib.redirect_stdout(io.StringIO()))
+            if stderr:
+                stack.enter_context(contextlib.redirect_stderr(io.StringIO()))
+            stack.enter_context(warnings.catch_warnings())
             warnings.simplefilter("ignore")
             yield
     finally:
         # Megatron may install its own handlers while importing; drop those, restore ours.
         root.handlers = saved_handlers
         root.setLevel(saved_level)
+        for name, level in noisy.items():
+            logging.getLogger(name).setLevel(level)
 
 
 class WarningCollector(logging.Handler):
@@ -178,8 +199,6 @@ def resolve(cfg: Any, world_size: int = 8, environ: dict[str, str] | None = None
 
     with preserved_environ():
         os.environ["WORLD_SIZE"] = str(world_size)
-        for name in ("CUDA_DEVICE_MAX_CONNECTIONS",):
-            os.environ.pop(name, None)  # the caller's shell must not decide a check
         os.environ.update(environ or {})
         runtime_config_update(cfg)
     return cfg

@@ -152,6 +152,10 @@ def weight_hash_check(ctx: Context) -> None:
     cfg = fsdp_config(ctx)
     cfg.train.check_weight_hash_across_dp_replicas_interval = 10
     ctx.expect_raises(lambda: resolve(cfg), AssertionError, fragment)
+    cfg = fsdp_config(ctx)
+    cfg.train.check_weight_hash_across_dp_replicas_interval = None  # the skill's fix
+    resolve(cfg)
+    ctx.says("Fix: set it to None")
 
 
 @claim(SKILL, "fsdp-cpu-offloading")
@@ -170,10 +174,7 @@ def cpu_offloading(ctx: Context) -> None:
 
 @claim(SKILL, "fsdp-code-anchors")
 def code_anchors(ctx: Context) -> None:
-    names = ctx.symbols()
-    ctx.expect(len(names) >= 6, f"only {len(names)} code anchors are named")
-    for name in names:
-        resolve_symbol(name)
+    ctx.resolve_symbols(minimum=6)
     wrap = resolve_symbol("megatron.training.models.dist_utils._ddp_wrap")
     ctx.expect(resolve_symbol("megatron.bridge.models.common.unimodal._ddp_wrap") is wrap, "Bridge no longer re-exports megatron-core's _ddp_wrap")
     wrap_source = source_of(wrap)
@@ -181,3 +182,34 @@ def code_anchors(ctx: Context) -> None:
         ctx.expect(f"DP = {wrapper}" in wrap_source, f"_ddp_wrap no longer selects {wrapper}")
     validate = source_of(resolve_symbol("megatron.bridge.training.config.ConfigContainer.validate"))
     ctx.expect("self._validate_and_apply_megatron_fsdp_configs()" in validate, "validate() no longer calls _validate_and_apply_megatron_fsdp_configs")
+
+
+@claim(SKILL, "fsdp-preflight-script")
+def preflight_script(ctx: Context) -> None:
+    from .environment import preserved_environ
+
+    script = ctx.load_script("scripts/fsdp_preflight.py")
+    ctx.says("python scripts/fsdp_preflight.py --config my_pkg.my_recipes:my_config --world-size 8 --validate", "--validate")
+    clean = fsdp_config(ctx)
+    clean.checkpoint.save = "/tmp/mbskills-claim-check"
+    clean.checkpoint.ckpt_format = "fsdp_dtensor"  # the subject here is the script, not the block
+    ctx.expect(script.preflight(clean, environ={}) == [], "the preflight reports a problem on the skill's own override")
+    pitfalls = {
+        "checkpoint.ckpt_format": lambda c: setattr(c.checkpoint, "ckpt_format", "torch_dist"),
+        "dist.use_torch_fsdp2": lambda c: setattr(c.dist, "use_torch_fsdp2", True),
+        "dist.use_tp_pp_dp_mapping": lambda c: setattr(c.dist, "use_tp_pp_dp_mapping", True),
+        "CUDA_DEVICE_MAX_CONNECTIONS": lambda c: c.env_vars.update(CUDA_DEVICE_MAX_CONNECTIONS=1),
+        "train.check_weight_hash_across_dp_replicas_interval": lambda c: setattr(c.train, "check_weight_hash_across_dp_replicas_interval", 10),
+    }
+    for field, break_it in pitfalls.items():
+        cfg = fsdp_config(ctx)
+        cfg.checkpoint.save = "/tmp/mbskills-claim-check"
+        cfg.checkpoint.ckpt_format = "fsdp_dtensor"
+        break_it(cfg)
+        found = [p.field for p in script.preflight(cfg, environ={})]
+        ctx.expect(found == [field], f"the preflight reported {found} for a broken {field}")
+        with preserved_environ():
+            rejected = script.run_bridge_validation(cfg, 8)
+        ctx.expect(rejected is not None, f"Bridge's validation accepted a broken {field}, so the preflight's rule is stale")
+    with preserved_environ():
+        ctx.expect(script.run_bridge_validation(clean, 8) is None, "Bridge's validation rejects the skill's own override")

@@ -59,6 +59,7 @@ def tp_gates(ctx: Context) -> None:
         ("Disabling tensor parallel communication overlap due to sequence_parallel=False.", dict(tp=2, sp=False), True),
         ("Disabling tensor parallel communication overlap due to TE not detected.", dict(tp=2, sp=True), False),
     ]
+    cases.append((None, dict(tp=2, sp=True), True))  # the fix: TP >= 2, SP on, TE present
     for message, layout, te in cases:
         cfg = tiny_config(distributed_optimizer=True, **layout)
         cfg.comm_overlap = overlap(tp_comm_overlap=True)
@@ -67,6 +68,9 @@ def tp_gates(ctx: Context) -> None:
             cfg.set_data_parallel_size()
             cfg.comm_overlap.finalize()
             cfg.comm_overlap.setup(cfg.model, cfg.optimizer, cfg.ddp)
+        if message is None:
+            ctx.expect(cfg.model.tp_comm_overlap is True and not any("Disabling" in w for w in warnings), f"TP overlap did not stay on with TP=2, SP and TE: {warnings}")
+            continue
         ctx.expect(message in warnings, f"{layout} did not log {message!r}; got {warnings}")
         ctx.expect(cfg.model.tp_comm_overlap is False, f"{layout} left tp_comm_overlap on")
     ctx.says("due to TP size < 2.", "due to sequence_parallel=False.", "due to TE not detected.", "a warning, not an error")
@@ -218,13 +222,30 @@ def env_vars(ctx: Context) -> None:
 
 @claim(SKILL, "overlap-code-anchors")
 def code_anchors(ctx: Context) -> None:
-    names = ctx.symbols()
-    ctx.expect(len(names) >= 5, f"only {len(names)} code anchors are named")
-    for name in names:
-        resolve_symbol(name)
+    ctx.resolve_symbols(minimum=5)
     from megatron.bridge.training.comm_overlap import CommOverlapConfig
 
     for method in ("finalize", "setup", "_get_model_comm_overlap_cfgs", "_get_optimizer_overlap_cfgs", "_override_user_cfgs"):
         ctx.expect(callable(getattr(CommOverlapConfig, method, None)), f"CommOverlapConfig.{method} is gone")
         ctx.says(method)
     ctx.expect(isinstance(resolve_symbol("megatron.bridge.training.comm_overlap.HAVE_TE"), bool), "HAVE_TE is not a flag any more")
+
+
+@claim(SKILL, "overlap-report-script")
+def report_script(ctx: Context) -> None:
+    from megatron.bridge.training import comm_overlap
+
+    script = ctx.load_script("scripts/overlap_report.py")
+    ctx.says("python scripts/overlap_report.py --tp 4 --sp --pp 4 --vpp 2 --world-size 64")
+    with preserved_environ():
+        report = script.resolve(script.build_config(4, True, 4, 2, True, True), 64)
+    ctx.expect(report["error"] is None, f"Bridge rejected the report's config: {report['error']}")
+    model, ddp = report["model"], report["ddp"]
+    ctx.expect(model["overlap_p2p_comm"] is True and model["batch_p2p_comm"] is False, f"the report shows p2p {model}")
+    stated = ctx.number_after("bucket_size =")
+    ctx.expect(ddp["bucket_size"] == stated, f"the report shows bucket_size {ddp['bucket_size']}, the skill says {stated}")
+    ctx.says("`overlap_p2p_comm = True`", "`batch_p2p_comm = False`")
+    if not comm_overlap.HAVE_TE:
+        ctx.expect(model["tp_comm_overlap"] is False and any("TE not detected" in w for w in report["warnings"]), "the report does not show TP overlap disabled without TE")
+    text = script.format_report(report)
+    ctx.expect("bridge validation: passed" in text and "model.overlap_p2p_comm = True" in text, "the printed report lacks the resolved fields")

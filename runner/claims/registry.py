@@ -92,6 +92,27 @@ class Context:
         """Backticked dotted names under this claim that start with `megatron.`."""
         return re.findall(r"`(megatron(?:\.[A-Za-z_][A-Za-z0-9_]*)+)`", self.section.text)
 
+    def resolve_symbols(self, minimum: int) -> list[Any]:
+        """Import every code anchor named under this claim; at least `minimum` must be named."""
+        names = self.symbols()
+        self.expect(len(names) >= minimum, f"only {len(names)} code anchors are named under claim {self.section.claim_id}")
+        return [resolve_symbol(name) for name in names]
+
+    def load_script(self, relative: str) -> Any:
+        """Import one of the skill's scripts as a module (what an agent would run)."""
+        import importlib.util
+        import sys
+
+        path = self.skill_root / relative
+        self.expect(path.is_file(), f"{relative} is missing from the skill")
+        self.says(relative)
+        name = f"mbskills_script_{self.skill_root.name}_{path.stem}".replace("-", "_")
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # dataclasses in the script look their module up here
+        spec.loader.exec_module(module)
+        return module
+
     # --- what the library does ------------------------------------------------------------
 
     @staticmethod
@@ -116,10 +137,15 @@ def resolve_symbol(dotted: str) -> Any:
     """Import the longest module prefix of `dotted`, then walk attributes."""
     parts = dotted.split(".")
     for cut in range(len(parts), 0, -1):
+        module = ".".join(parts[:cut])
         try:
-            obj = importlib.import_module(".".join(parts[:cut]))
-        except ImportError:
-            continue
+            obj = importlib.import_module(module)
+        except ModuleNotFoundError as error:
+            if error.name and (module == error.name or module.startswith(error.name + ".")):
+                continue  # this prefix is not a module: try a shorter one
+            raise ClaimFailed(f"{dotted}: importing {module} failed: {error}") from None
+        except ImportError as error:
+            raise ClaimFailed(f"{dotted}: importing {module} failed: {error}") from None
         for attribute in parts[cut:]:
             if not hasattr(obj, attribute):
                 raise ClaimFailed(f"{dotted}: {'.'.join(parts[:cut])} has no attribute path {'.'.join(parts[cut:])!r}")

@@ -42,7 +42,7 @@ def load_checks() -> dict:
     os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")  # torch's C++ start-up notes
     install_te_placeholders()
     try:
-        with quiet():
+        with quiet(stderr=True):
             import megatron.bridge.training.config  # noqa: F401 - the one slow import, timed apart from the checks
 
             from . import fsdp, overlap  # noqa: F401 - registering their checks is the point
