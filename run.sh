@@ -50,35 +50,40 @@ ensure_venv() {
 quiet_pip() { { grep -v "^WARNING: Location 'file:" || true; } >&2; }
 
 requirements_hash() {
-    cat "$ROOT/requirements/lock.txt" "$ROOT/requirements/bridge-nodeps.txt" "$ROOT/pyproject.toml" | sha256sum | cut -d' ' -f1
+    cat "$ROOT/requirements/lock.txt" "$ROOT/requirements/bridge-nodeps.txt" | sha256sum | cut -d' ' -f1
 }
 
 # A venv built from other requirements is rebuilt, so that packages dropped from the
 # lock do not linger in it.
 drop_stale_venv() {
-    local stamp="$VENV/.mbskills.stamp"
+    local stamp="$VENV/.mbskills-requirements.stamp"
     if [ -f "$stamp" ] && [ "$(cat "$stamp")" != "$(requirements_hash)" ]; then
         say "requirements changed since $VENV was built; rebuilding it"
         rm -rf "$VENV"
     fi
 }
 
-# Install the pinned set once; a stamp of the requirement files' hashes marks it done.
+# Install the pinned set once, and this package (editable) whenever pyproject.toml
+# changes; stamps of the files' hashes mark each step done.
 ensure_deps() {
     local req="$ROOT/requirements"
-    local stamp="$VENV/.mbskills.stamp" want
-    want="$(requirements_hash)"
-    if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
-        return
-    fi
-    say "installing pinned requirements into $VENV (torch and Megatron-Bridge: a few GB, a few minutes the first time)"
     local pip=("$VENV/bin/python" -m pip install --quiet --disable-pip-version-check)
-    "${pip[@]}" -r "$req/lock.txt" 2>&1 | quiet_pip
-    # Bridge's declared dependencies include CUDA-only packages (Transformer Engine);
-    # lock.txt carries the part its training config layer imports.
-    "${pip[@]}" --no-deps -r "$req/bridge-nodeps.txt" 2>&1 | quiet_pip
-    "${pip[@]}" --no-deps --no-build-isolation -e "$ROOT" 2>&1 | quiet_pip
-    echo "$want" >"$stamp"
+    local stamp="$VENV/.mbskills-requirements.stamp" want
+    want="$(requirements_hash)"
+    if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+        say "installing pinned requirements into $VENV (torch and Megatron-Bridge: a few GB, a few minutes the first time)"
+        "${pip[@]}" -r "$req/lock.txt" 2>&1 | quiet_pip
+        # Bridge's declared dependencies include CUDA-only packages (Transformer Engine);
+        # lock.txt carries the part its training config layer imports.
+        "${pip[@]}" --no-deps -r "$req/bridge-nodeps.txt" 2>&1 | quiet_pip
+        echo "$want" >"$stamp"
+    fi
+    local package_stamp="$VENV/.mbskills-package.stamp"
+    want="$(sha256sum "$ROOT/pyproject.toml" | cut -d' ' -f1)"
+    if [ ! -f "$package_stamp" ] || [ "$(cat "$package_stamp")" != "$want" ]; then
+        "${pip[@]}" --no-deps --no-build-isolation -e "$ROOT" 2>&1 | quiet_pip
+        echo "$want" >"$package_stamp"
+    fi
 }
 
 main() {
