@@ -13,12 +13,18 @@ from .findings import UsageError
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
 
 
-def _default_bundle() -> Path:
-    # The bundle around the working directory, else the one this package ships in.
-    from .skills import find_bundle
+def _bundle(args: argparse.Namespace):
+    """--bundle, else the bundle around the working directory, else the one this package ships in."""
+    from .skills import Bundle, find_bundle, is_bundle
 
-    found = find_bundle(Path.cwd())
-    return found.root if found else Path(__file__).resolve().parent.parent
+    if args.bundle:
+        source = Path(args.bundle)
+    else:
+        found = find_bundle(Path.cwd())
+        source = found.root if found else Path(__file__).resolve().parent.parent
+    if not is_bundle(source):
+        raise UsageError(f"{source}: not a bundle (no skills/ folder)")
+    return Bundle(source.resolve())
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -36,12 +42,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def cmd_install(args: argparse.Namespace) -> int:
     from .install import install
-    from .skills import Bundle, is_bundle
 
-    source = Path(args.bundle) if args.bundle else _default_bundle()
-    if not is_bundle(source):
-        raise UsageError(f"{source}: not a bundle (no skills/ folder)")
-    result = install(Bundle(source.resolve()), Path(args.dest), link=args.link, force=args.force)
+    result = install(_bundle(args), Path(args.dest), link=args.link, force=args.force)
     mode = "linked" if args.link else "copied"
     print(f"{mode} {len(result.installed)} skills ({', '.join(result.installed)}) into {result.dest}; {result.files} entries recorded in the manifest")
     return EXIT_OK
@@ -60,15 +62,10 @@ def cmd_verify(args: argparse.Namespace) -> int:
 def cmd_check(args: argparse.Namespace) -> int:
     import time
 
-    from .skills import Bundle, is_bundle
-
-    source = Path(args.bundle) if args.bundle else _default_bundle()
-    if not is_bundle(source):
-        raise UsageError(f"{source}: not a bundle (no skills/ folder)")
-    bundle = Bundle(source.resolve())
+    bundle = _bundle(args)
     unknown = set(args.skill or ()) - bundle.skill_names()
     if unknown:
-        raise UsageError(f"no such skill in {source}: {', '.join(sorted(unknown))}")
+        raise UsageError(f"no such skill in {bundle.root}: {', '.join(sorted(unknown))}")
     start = time.perf_counter()
     from .claims.run import PASSED, format_table, run_checks, write_cards, write_reports
     from .claims.environment import versions
