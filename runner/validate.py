@@ -53,8 +53,7 @@ def validate_path(path: Path) -> list[Finding]:
     report = Report()
     if path.is_dir():
         if is_skill(path):
-            bundle = find_bundle(path.parent)
-            validate_skill(report, path, bundle.skill_names() if bundle else None)
+            validate_skill(report, path, find_bundle(path.parent))
         elif is_bundle(path):
             validate_bundle(report, Bundle(path.resolve()))
         else:
@@ -63,8 +62,7 @@ def validate_path(path: Path) -> list[Finding]:
         bundle = find_bundle(path.parent)
         validate_evals(report, path, bundle, quality=False)
     elif path.name in (SKILL_FILE, CARD_FILE) and is_skill(path.parent):
-        bundle = find_bundle(path.parent.parent)
-        validate_skill(report, path.parent, bundle.skill_names() if bundle else None)
+        validate_skill(report, path.parent, find_bundle(path.parent.parent))
     elif path.name == CARD_FILE and is_bundle(path.parent):
         validate_bundle(report, Bundle(path.parent.resolve()))
     else:
@@ -90,7 +88,7 @@ def validate_bundle(report: Report, bundle: Bundle) -> None:
     if not names:
         report.add(bundle.skills_dir, 1, "bundle/empty", "skills/ holds no skill folders")
     for skill_dir in bundle.skill_dirs():
-        validate_skill(report, skill_dir, names)
+        validate_skill(report, skill_dir, bundle, names)
     for path in bundle.bundle_eval_files():
         validate_evals(report, path, bundle, quality=False)
 
@@ -98,7 +96,8 @@ def validate_bundle(report: Report, bundle: Bundle) -> None:
 # --- skill ------------------------------------------------------------------------------
 
 
-def validate_skill(report: Report, root: Path, bundle_names: set[str] | None) -> None:
+def validate_skill(report: Report, root: Path, bundle: Bundle | None, names: set[str] | None = None) -> None:
+    """`names`: the bundle's skill names when the caller has listed them already."""
     skill: Skill | None = None
     try:
         skill = load_skill(root)
@@ -120,8 +119,8 @@ def validate_skill(report: Report, root: Path, bundle_names: set[str] | None) ->
     if not evals_path.is_file():
         report.add(evals_path, 1, "evals/missing", "skill has no evals/evals.json")
     else:
-        bundle = find_bundle(root.parent)
-        names = bundle_names if bundle_names is not None else ({root.name} | (bundle.skill_names() if bundle else set()))
+        if names is None:
+            names = {root.name} | (bundle.skill_names() if bundle else set())
         validate_evals(report, evals_path, bundle, quality=True, owner=root.name, names=names)
 
 

@@ -92,8 +92,11 @@ def test_missing_check_and_missing_marker_fail(checks, tmp_path: Path):
     bundle = copy_bundle(tmp_path)
     card = bundle / "skills" / FSDP / "card.yaml"
     card.write_text(card.read_text() + "  - id: fsdp-made-up\n    statement: A claim nobody checks.\n    status: unchecked\n")
-    results = {r.claim: r for r in run_checks(Bundle(bundle), skills=[FSDP], pattern="fsdp-made-up")}
+    skill_md = bundle / "skills" / FSDP / "SKILL.md"
+    skill_md.write_text(skill_md.read_text().replace("<!-- claim: fsdp-weight-hash-check -->\n", ""))
+    results = {r.claim: r for r in run_checks(Bundle(bundle), skills=[FSDP], pattern="fsdp-[mw]*")}
     assert results["fsdp-made-up"].status == "no-check"
+    assert (results["fsdp-weight-hash-check"].status, results["fsdp-weight-hash-check"].message) == ("failed", "SKILL.md has no marker for this claim")
 
 
 def test_reports_and_cards(checks, tmp_path: Path):
