@@ -141,3 +141,22 @@ def test_cli_check_exit_codes_and_outputs(tmp_path: Path):
     assert (out / "claims.json").is_file() and (out / "junit.xml").is_file()
     bad = subprocess.run([sys.executable, "-m", "runner.cli", "check", "--skill", "no-such-skill"], capture_output=True, text=True, cwd=REPO)
     assert bad.returncode == 2 and "no such skill" in bad.stderr
+
+
+def test_every_check_fails_when_its_statement_is_removed(checks, tmp_path: Path):
+    # Blank each claim's section (the marker stays): its own check must fail, so no check
+    # passes without reading what the skill says.
+    from runner.claims.sections import read_sections
+
+    survivors = []
+    for skill in (FSDP, OVERLAP):
+        for claim_id, section in read_sections(REPO / "skills" / skill / "SKILL.md").items():
+            bundle = copy_bundle(tmp_path / claim_id)
+            skill_md = bundle / "skills" / skill / "SKILL.md"
+            lines = skill_md.read_text().split("\n")
+            body = range(section.line, section.line + len(section.lines))
+            skill_md.write_text("\n".join("" if i in body else line for i, line in enumerate(lines)))
+            result = {r.claim: r for r in run_checks(Bundle(bundle), skills=[skill], pattern=claim_id)}[claim_id]
+            if result.status == PASSED:
+                survivors.append(claim_id)
+    assert survivors == []
