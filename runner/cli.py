@@ -84,6 +84,72 @@ def cmd_check(args: argparse.Namespace) -> int:
     return EXIT_OK if all(r.status == PASSED for r in results) else EXIT_FINDINGS
 
 
+def cmd_eval(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from .cache import NoCache, ResponseCache, default_path
+    from .evaluate import Plan, bundle_cases, run_plan, select_cases
+    from .pricing import PriceTable
+    from .progress import make_progress
+    from .providers import Settings, Transport, open_provider
+    from .rundir import RunDir
+
+    bundle = _bundle(args)
+    unknown = set(args.skill or ()) - bundle.skill_names()
+    if unknown:
+        raise UsageError(f"--skill: no such skill in {bundle.root}: {', '.join(sorted(unknown))}")
+    if args.reasoning_effort is not None and not args.reasoning_effort:
+        raise UsageError("--reasoning-effort needs a value")
+    cases = select_cases(bundle_cases(bundle), skills=args.skill, pattern=args.case, limit=args.limit)
+    conditions = [c.strip() for c in args.conditions.split(",") if c.strip()]
+    plan = Plan(bundle, cases, conditions, args.trials, max_turns=args.max_turns, jobs=args.jobs)
+    settings = Settings(args.temperature, args.max_tokens, args.reasoning_effort, args.seed)
+    transport = Transport(args.timeout, args.max_retries, args.rate_limit_rounds)
+    prices = PriceTable(Path(args.pricing) if args.pricing else None)
+    provider = open_provider(args.model, settings, transport, api=args.api, base_url=args.base_url)
+    identity = provider.identity()
+    price = prices.lookup("openai-compatible" if identity["provider"] == "openai" and identity["base_url"] else identity["provider"], provider.model)
+    cache = NoCache() if args.no_cache or not provider.cacheable else ResponseCache(Path(args.cache) if args.cache else default_path())
+    out = RunDir(Path(args.out))
+
+    async def go():
+        try:
+            return await run_plan(plan, provider, cache, out, lambda total: make_progress(total, mode=args.progress), price)
+        finally:
+            await provider.aclose()
+
+    try:
+        summary = asyncio.run(go())
+    finally:
+        out.close()
+        cache.close()
+    cost = "unknown (no price for this model; see --pricing)" if summary.live_cost_usd is None else f"${summary.live_cost_usd:.4f}"
+    print(
+        f"{summary.total} records in {args.out}: {summary.written} written now, {summary.skipped} already there, {summary.errors} errors"
+        + (f" ({', '.join(f'{k} {v}' for k, v in sorted(summary.error_kinds.items()))})" if summary.errors else "")
+        + f"; {summary.requests} requests, {summary.cached_responses} from cache; {summary.input_tokens} input + {summary.output_tokens} output tokens; cost of this invocation {cost}",
+        file=sys.stderr,
+    )
+    return EXIT_FINDINGS if summary.errors else EXIT_OK
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from .rundir import load_run
+    from .show import as_json, select, table, transcript
+
+    info, records = load_run(Path(args.run))
+    chosen = select(records, pattern=args.case, condition=args.condition, trial=args.trial)
+    if not chosen:
+        raise UsageError(f"{args.run}: no record matches")
+    if args.json:
+        print(as_json(chosen))
+    elif args.case or args.condition or args.trial is not None:
+        print("\n\n".join(transcript(r, full_tools=args.full) for r in chosen))
+    else:
+        print(table(info, chosen))
+    return EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mbskills", description="Agent skills for Megatron-Bridge: validate them, check their claims against the pinned release, install and verify them.")
     parser.add_argument("--version", action="version", version=f"mbskills {__version__}")
@@ -109,6 +175,47 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--bundle", help="the bundle to install from (default: the bundle around the working directory, else this package's)")
     p.set_defaults(func=cmd_install)
 
+    p = sub.add_parser(
+        "eval",
+        help="put the bundle's eval cases to a model, with and without the skills",
+        description="Runs every case x condition x trial and writes one record each to OUT/records.jsonl as it completes. "
+        "Rerunning the same command resumes: finished records are kept, failed ones retried, answered requests come from the cache. "
+        "Exit 0 all records complete, 1 some ended in an error (see the summary), 2 unusable input, bad key or unknown model.",
+    )
+    p.add_argument("--model", required=True, help="openai:MODEL, anthropic:MODEL, or replay:DIR (recorded answers)")
+    p.add_argument("--conditions", default="baseline,skills", help="comma list of baseline, skills, inline (default: baseline,skills)")
+    p.add_argument("--out", required=True, help="run directory (created; reused to resume)")
+    p.add_argument("-j", "--jobs", type=int, default=8, help="records (so requests) in flight at once (default: 8)")
+    p.add_argument("--trials", type=int, default=1, help="independent samples per case and condition (default: 1)")
+    p.add_argument("--skill", action="append", help="only cases of this skill (repeatable)")
+    p.add_argument("--case", help="only cases whose owner/id or id matches this glob")
+    p.add_argument("--limit", type=int, help="only the first N selected cases")
+    p.add_argument("--api", choices=("chat", "responses"), help="OpenAI API: chat (default) or responses")
+    p.add_argument("--base-url", help="an OpenAI-compatible server (vLLM, Ollama, llama.cpp, NIM) or a proxy")
+    p.add_argument("--temperature", type=float)
+    p.add_argument("--max-tokens", type=int, help="output token limit per request")
+    p.add_argument("--reasoning-effort", help="e.g. low, medium, high (models that take it)")
+    p.add_argument("--seed", type=int, help="sampling seed (OpenAI Chat Completions and compatible servers)")
+    p.add_argument("--max-turns", type=int, default=8, help="requests per record before the tool loop stops (default: 8)")
+    p.add_argument("--timeout", type=float, default=120.0, help="seconds per request (default: 120)")
+    p.add_argument("--max-retries", type=int, default=4, help="the SDK's own retries per request (default: 4)")
+    p.add_argument("--rate-limit-rounds", type=int, default=6, help="further waits on HTTP 429 after the SDK's retries, honouring Retry-After (default: 6)")
+    p.add_argument("--cache", help="response cache file (default: $MBSKILLS_CACHE or ~/.cache/mbskills/responses.sqlite)")
+    p.add_argument("--no-cache", action="store_true", help="neither read nor write the response cache")
+    p.add_argument("--pricing", help="YAML price table whose entries override the shipped one")
+    p.add_argument("--progress", choices=("auto", "rich", "plain"), default="auto", help="progress display (default: a bar on a terminal, lines otherwise)")
+    p.add_argument("--bundle", help="the bundle to evaluate (default: the bundle around the working directory, else this package's)")
+    p.set_defaults(func=cmd_eval)
+
+    p = sub.add_parser("show", help="print a run's records, or the transcripts of some")
+    p.add_argument("run", help="run directory")
+    p.add_argument("--case", help="glob over owner/id or id: print these transcripts")
+    p.add_argument("--condition", help="only this condition")
+    p.add_argument("--trial", type=int, help="only this trial")
+    p.add_argument("--full", action="store_true", help="tool results and system prompt in full")
+    p.add_argument("--json", action="store_true", help="the records as JSON lines")
+    p.set_defaults(func=cmd_show)
+
     p = sub.add_parser("verify", help="report files added, changed or missing since install")
     p.add_argument("dest", nargs="?", default=".agents/skills")
     p.set_defaults(func=cmd_verify)
@@ -124,6 +231,12 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # `mbskills show RUN | head`: the reader left; say nothing more.
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_FINDINGS
 
 
 def entry() -> None:

@@ -1,0 +1,70 @@
+"""Model providers: `openai:MODEL` (Chat Completions or Responses), `anthropic:MODEL`
+(Messages), any OpenAI-compatible server (`openai:MODEL --base-url URL`), `replay:DIR`.
+
+The SDKs are imported only when a live provider is opened, so the CLI starts fast."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Mapping
+
+from ..findings import UsageError
+from .base import Provider, ProviderError, Reply, Situation, Tool, ToolCall, Usage
+from .settings import Settings, Transport
+
+__all__ = ["Provider", "ProviderError", "Reply", "Settings", "Situation", "Tool", "ToolCall", "Transport", "Usage", "open_provider", "parse_model"]
+
+KINDS = ("openai", "anthropic", "replay")
+KEY_VARIABLES = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
+BASE_URL_VARIABLES = {"openai": "OPENAI_BASE_URL", "anthropic": "ANTHROPIC_BASE_URL"}
+# OpenAI-compatible servers (vLLM, Ollama, llama.cpp) accept any key; the SDK insists on one.
+LOCAL_KEY = "unused-local-key"
+
+
+def parse_model(spec: str) -> tuple[str, str]:
+    kind, sep, rest = spec.partition(":")
+    if not sep or kind not in KINDS or not rest.strip():
+        raise UsageError(f"--model {spec!r}: expected openai:MODEL, anthropic:MODEL or replay:DIR")
+    return kind, rest.strip()
+
+
+def open_provider(
+    spec: str,
+    settings: Settings = Settings(),
+    transport: Transport = Transport(),
+    *,
+    api: str | None = None,
+    base_url: str | None = None,
+    env: Mapping[str, str] = os.environ,
+) -> Provider:
+    """The provider for `spec`; a missing key or a wrong combination is a UsageError here,
+    before any request is made."""
+    kind, model = parse_model(spec)
+    if kind == "replay":
+        if base_url or api:
+            raise UsageError("--base-url and --api do not apply to replay:DIR")
+        from .replay import Replay
+
+        return Replay(Path(model))
+    if api not in (None, "chat", "responses") or (api == "responses" and kind != "openai"):
+        raise UsageError(f"--api {api}: only openai: models take --api chat|responses")
+    base_url = base_url or env.get(BASE_URL_VARIABLES[kind]) or None
+    variable = KEY_VARIABLES[kind]
+    key = env.get(variable, "").strip()
+    if not key:
+        if kind == "openai" and base_url:
+            key = LOCAL_KEY
+        else:
+            raise UsageError(f"{variable} is not set: {spec} needs it" + (" (or --base-url for a local OpenAI-compatible server)" if kind == "openai" else ""))
+    if kind == "anthropic":
+        from .anthropic_messages import Messages
+
+        return Messages(model, settings, transport, api_key=key, base_url=base_url)
+    if api == "responses":
+        from .openai_responses import Responses
+
+        return Responses(model, settings, transport, api_key=key, base_url=base_url)
+    from .openai_chat import ChatCompletions
+
+    return ChatCompletions(model, settings, transport, api_key=key, base_url=base_url)

@@ -1,0 +1,67 @@
+"""OpenAI Responses API (`--api responses`). Stateless: the whole conversation is sent
+each turn, with the model's own output items (reasoning included) sent back verbatim."""
+
+from __future__ import annotations
+
+import openai
+
+from .base import Reply, Tool, ToolCall, Usage
+from .live import LiveProvider
+
+
+def response_input(messages: list[dict]) -> list[dict]:
+    items: list[dict] = []
+    for message in messages:
+        role = message["role"]
+        if role == "user":
+            items.append({"role": "user", "content": message["content"]})
+        elif role == "assistant":
+            if isinstance(message.get("raw"), list):
+                items.extend(message["raw"])
+                continue
+            if message["content"]:
+                items.append({"role": "assistant", "content": message["content"]})
+            for call in message.get("tool_calls") or ():
+                items.append({"type": "function_call", "call_id": call["id"], "name": call["name"], "arguments": call["arguments"]})
+        elif role == "tool":
+            items.append({"type": "function_call_output", "call_id": message["tool_call_id"], "output": message["content"]})
+    return items
+
+
+class Responses(LiveProvider):
+    name = "openai"
+    api = "responses"
+
+    def _make_client(self, api_key, base_url):
+        if self.settings.seed is not None:
+            self.ignored.append("seed")
+        return openai.AsyncOpenAI(api_key=api_key, base_url=base_url, timeout=self.transport.timeout_s, max_retries=self.transport.max_retries)
+
+    async def _request(self, system, messages, tools):
+        s, kwargs = self.settings, {}
+        if system:
+            kwargs["instructions"] = system
+        if s.temperature is not None:
+            kwargs["temperature"] = s.temperature
+        if s.max_tokens is not None:
+            kwargs["max_output_tokens"] = s.max_tokens
+        if s.reasoning_effort is not None:
+            kwargs["reasoning"] = {"effort": s.reasoning_effort}
+        if tools:
+            kwargs["tools"] = [{"type": "function", "name": t.name, "description": t.description, "parameters": t.parameters, "strict": False} for t in tools]
+        response = await self.client.responses.create(model=self.model, input=response_input(messages), **kwargs)
+        texts, calls = [], []
+        for item in response.output or ():
+            if item.type == "message":
+                texts.extend(part.text for part in item.content if getattr(part, "type", "") == "output_text")
+            elif item.type == "function_call":
+                calls.append(ToolCall(item.call_id, item.name, item.arguments or ""))
+        usage = Usage()
+        if response.usage is not None:
+            details = response.usage.input_tokens_details
+            usage = Usage(response.usage.input_tokens or 0, response.usage.output_tokens or 0, (details.cached_tokens or 0) if details else 0)
+        stop = response.status
+        if response.incomplete_details is not None and response.incomplete_details.reason:
+            stop = response.incomplete_details.reason
+        raw = [item.model_dump(mode="json", exclude_none=True) for item in response.output or ()]
+        return Reply("".join(texts), calls, usage, stop, raw)

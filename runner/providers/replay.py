@@ -1,0 +1,108 @@
+"""`replay:DIR`: recorded answers instead of a live model, for offline runs and tests.
+
+DIR holds one Markdown answer per case, `DIR/<owner>/<case id>.md`, where owner is the
+skill whose evals/ holds the case (or the bundle evals file's stem, e.g. `routing`). A
+`<case id>.<condition>.md` beside it overrides the answer for one condition. Optional YAML
+frontmatter says what the recorded agent did under the `skills` condition before
+answering:
+
+    ---
+    activate: nemo-mbridge-perf-megatron-fsdp
+    read: [scripts/fsdp_preflight.py]
+    ---
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..findings import LoadError, UsageError
+from ..parsing import read_text, split_frontmatter
+from .base import ProviderError, Reply, Situation, Tool, ToolCall
+
+ACTIVATE, READ = "activate_skill", "read_skill_file"
+
+
+@dataclass(frozen=True)
+class Recorded:
+    text: str
+    activate: str | None
+    read: tuple[str, ...]
+
+
+def _parse(path: Path) -> Recorded:
+    text = read_text(path)
+    if not text.startswith("---"):
+        return Recorded(text.strip(), None, ())
+    document = split_frontmatter(path, text)
+    data = document.frontmatter.data
+    activate, read = data.get("activate"), data.get("read", [])
+    if activate is not None and not isinstance(activate, str):
+        raise LoadError(path, document.frontmatter.line(("activate",)), "replay/frontmatter", "'activate' must be a skill name")
+    if isinstance(read, str):
+        read = [read]
+    if not isinstance(read, list) or not all(isinstance(p, str) for p in read):
+        raise LoadError(path, document.frontmatter.line(("read",)), "replay/frontmatter", "'read' must be a list of paths inside the skill")
+    return Recorded(document.body.strip(), activate, tuple(read))
+
+
+class Replay:
+    name = "replay"
+    api = "replay"
+    cacheable = False  # already local and free
+    ignored: list[str] = []
+
+    def __init__(self, directory: Path):
+        if not directory.is_dir():
+            raise UsageError(f"replay:{directory}: not a folder of recorded answers")
+        self.directory = directory
+        self.model = str(directory)
+        self._answers: dict[tuple[str, str], Recorded] = {}
+
+    def identity(self) -> dict:
+        return {"provider": "replay", "api": "replay", "base_url": None, "model": self.model, "settings": {}}
+
+    def _path(self, case_key: str, condition: str) -> Path | None:
+        owner, _, case_id = case_key.partition("/")
+        for name in (f"{case_id}.{condition}.md", f"{case_id}.md"):
+            path = self.directory / owner / name
+            if path.is_file():
+                return path
+        return None
+
+    def prepare(self, case_keys: list[str], conditions: list[str]) -> None:
+        """Read every answer up front: a missing or broken one stops the run before it starts."""
+        missing = []
+        for key in case_keys:
+            for condition in conditions:
+                path = self._path(key, condition)
+                if path is None:
+                    missing.append(key)
+                    break
+                try:
+                    self._answers[(key, condition)] = _parse(path)
+                except LoadError as error:
+                    raise UsageError(error.finding.format()) from None
+        if missing:
+            more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
+            owner, _, case_id = missing[0].partition("/")
+            raise UsageError(f"replay:{self.directory}: no recorded answer {owner}/{case_id}.md for case {missing[0]}{more}")
+
+    async def complete(self, system: str, messages: list[dict], tools: list[Tool], situation: Situation) -> Reply:
+        recorded = self._answers.get((situation.case_key, situation.condition))
+        if recorded is None:
+            raise ProviderError("replay", f"no recorded answer for {situation.case_key} ({situation.condition})")
+        if any(t.name == ACTIVATE for t in tools):
+            done = [c for m in messages if m["role"] == "assistant" for c in m.get("tool_calls") or ()]
+            planned = ([(ACTIVATE, {"name": recorded.activate})] if recorded.activate else []) + [
+                (READ, {"name": recorded.activate, "path": p}) for p in recorded.read
+            ]
+            if len(done) < len(planned):
+                tool, arguments = planned[len(done)]
+                return Reply("", [ToolCall(f"replay-{len(done) + 1}", tool, json.dumps(arguments))], stop_reason="tool_use")
+        return Reply(recorded.text, stop_reason="end")
+
+    async def aclose(self) -> None:
+        return None

@@ -1,0 +1,26 @@
+"""Generation settings (they change answers, so they are part of the cache key and of
+every record) and transport options (they do not)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
+
+
+@dataclass(frozen=True)
+class Settings:
+    temperature: float | None = None
+    max_tokens: int | None = None
+    reasoning_effort: str | None = None
+    seed: int | None = None
+
+    def to_dict(self) -> dict:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+
+@dataclass(frozen=True)
+class Transport:
+    timeout_s: float = 120.0
+    max_retries: int = 4  # the SDK's own retries
+    rate_limit_rounds: int = 6  # extra waits on 429 once the SDK gives up

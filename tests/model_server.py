@@ -1,0 +1,236 @@
+"""A model API server on 127.0.0.1 for tests: OpenAI Chat Completions (/v1/chat/completions),
+OpenAI Responses (/v1/responses) and Anthropic Messages (/v1/messages), tool calls
+included, on aiohttp (asyncio, so that it is never the bottleneck of a concurrent run).
+
+It plays scripted models, chosen by the request's model name:
+  skilled  activates the case's expected skill, reads its expected script, then answers
+  plain    never uses a tool
+  wrong    activates a skill other than the expected one, then answers
+Answers say which SKILL.md bodies reached the model (`saw-skill:<name>`, found by a line
+unique to each body), so tests can tell what was in context. `failures` is a queue of
+faults served to the next requests in order: "429" (retry-after-ms: 10),
+"429-no-header", "500", "503", "hang" (answers after `hang_s`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import threading
+from dataclasses import dataclass, field
+
+from aiohttp import web
+
+ACTIVATE, READ = "activate_skill", "read_skill_file"
+
+
+@dataclass
+class Seen:
+    """A request reduced to what the scripts decide on."""
+
+    system: str
+    prompt: str
+    tools: list[str]
+    calls: list[str]  # names of tool calls the model made so far
+    results: list[str]  # tool results returned so far
+
+
+@dataclass
+class CaseInfo:
+    key: str
+    expected_skill: str | None
+    expected_script: str | None
+
+
+@dataclass
+class ModelServer:
+    cases: dict[str, CaseInfo]  # by prompt text
+    markers: dict[str, str]  # skill name -> a line unique to its SKILL.md body
+    latency_s: float = 0.0
+    hang_s: float = 3.0
+    failures: list[str] = field(default_factory=list)
+    requests: list[dict] = field(default_factory=list)
+    port: int = 0
+
+    def __post_init__(self):
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()
+
+    # -- scripts -------------------------------------------------------------------------
+    def decide(self, model: str, seen: Seen) -> tuple[str, list[tuple[str, dict]]]:
+        """(answer text, tool calls) for this turn."""
+        case = self.cases.get(seen.prompt)
+        if case is None:
+            return f"[{model}] no such case", []
+        can_use = ACTIVATE in seen.tools
+        if can_use and model == "skilled" and case.expected_skill:
+            if ACTIVATE not in seen.calls:
+                return "", [(ACTIVATE, {"name": case.expected_skill})]
+            if case.expected_script and READ not in seen.calls:
+                return "", [(READ, {"name": case.expected_skill, "path": case.expected_script})]
+        if can_use and model == "wrong" and ACTIVATE not in seen.calls:
+            other = next(s for s in sorted(self.markers) if s != case.expected_skill)
+            return "Let me look at a skill first.", [(ACTIVATE, {"name": other})]
+        saw = [s for s, marker in sorted(self.markers.items()) if marker in seen.system or any(marker in r for r in seen.results)]
+        return f"[{model}] answer to {case.key}; " + " ".join(f"saw-skill:{s}" for s in saw or ["none"]), []
+
+    # -- wire formats --------------------------------------------------------------------
+    @staticmethod
+    def _text(content) -> str:
+        if isinstance(content, str):
+            return content
+        return "".join(part.get("text", "") if isinstance(part.get("text", ""), str) else "" for part in content or () if isinstance(part, dict))
+
+    def _seen_chat(self, body: dict) -> Seen:
+        system, prompt, calls, results = "", "", [], []
+        for m in body["messages"]:
+            if m["role"] == "system":
+                system += self._text(m["content"])
+            elif m["role"] == "user" and not prompt:
+                prompt = self._text(m["content"])
+            elif m["role"] == "assistant":
+                calls += [c["function"]["name"] for c in m.get("tool_calls") or ()]
+            elif m["role"] == "tool":
+                results.append(self._text(m["content"]))
+        return Seen(system, prompt, [t["function"]["name"] for t in body.get("tools") or ()], calls, results)
+
+    def _seen_responses(self, body: dict) -> Seen:
+        prompt, calls, results = "", [], []
+        for item in body["input"]:
+            if item.get("type") == "function_call":
+                calls.append(item["name"])
+            elif item.get("type") == "function_call_output":
+                results.append(item["output"])
+            elif item.get("role") == "user" and not prompt:
+                prompt = self._text(item["content"])
+        return Seen(body.get("instructions") or "", prompt, [t["name"] for t in body.get("tools") or ()], calls, results)
+
+    def _seen_anthropic(self, body: dict) -> Seen:
+        prompt, calls, results = "", [], []
+        for m in body["messages"]:
+            blocks = [{"type": "text", "text": m["content"]}] if isinstance(m["content"], str) else m["content"]
+            for b in blocks:
+                if b["type"] == "text" and m["role"] == "user" and not prompt:
+                    prompt = b["text"]
+                elif b["type"] == "tool_use":
+                    calls.append(b["name"])
+                elif b["type"] == "tool_result":
+                    results.append(self._text(b["content"]))
+        system = body.get("system") or ""
+        return Seen(self._text(system), prompt, [t["name"] for t in body.get("tools") or ()], calls, results)
+
+    def _usage(self, body: dict, text: str) -> tuple[int, int]:
+        return len(json.dumps(body)) // 4, max(1, len(text) // 4)
+
+    def _chat(self, body, text, calls):
+        n = next(self._ids)
+        tin, tout = self._usage(body, text)
+        message = {"role": "assistant", "content": text or None}
+        if calls:
+            message["tool_calls"] = [{"id": f"call_{n}_{i}", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}} for i, (name, args) in enumerate(calls)]
+        return {
+            "id": f"chatcmpl-{n}", "object": "chat.completion", "created": 0, "model": body["model"],
+            "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls" if calls else "stop", "logprobs": None}],
+            "usage": {"prompt_tokens": tin, "completion_tokens": tout, "total_tokens": tin + tout, "prompt_tokens_details": {"cached_tokens": 0}},
+        }
+
+    def _responses(self, body, text, calls):
+        n = next(self._ids)
+        tin, tout = self._usage(body, text)
+        output = [{"type": "function_call", "id": f"fc_{n}_{i}", "call_id": f"call_{n}_{i}", "name": name, "arguments": json.dumps(args), "status": "completed"} for i, (name, args) in enumerate(calls)]
+        if text:
+            output.insert(0, {"type": "message", "id": f"msg_{n}", "role": "assistant", "status": "completed", "content": [{"type": "output_text", "text": text, "annotations": []}]})
+        return {
+            "id": f"resp_{n}", "object": "response", "created_at": 0, "model": body["model"], "status": "completed",
+            "output": output, "parallel_tool_calls": True, "tool_choice": "auto", "tools": body.get("tools") or [],
+            "incomplete_details": None, "error": None, "instructions": body.get("instructions"),
+            "usage": {"input_tokens": tin, "output_tokens": tout, "total_tokens": tin + tout, "input_tokens_details": {"cached_tokens": 0}, "output_tokens_details": {"reasoning_tokens": 0}},
+        }
+
+    def _anthropic(self, body, text, calls):
+        n = next(self._ids)
+        tin, tout = self._usage(body, text)
+        content = ([{"type": "text", "text": text}] if text else []) + [{"type": "tool_use", "id": f"toolu_{n}_{i}", "name": name, "input": args} for i, (name, args) in enumerate(calls)]
+        return {
+            "id": f"msg_{n}", "type": "message", "role": "assistant", "model": body["model"], "content": content,
+            "stop_reason": "tool_use" if calls else "end_turn", "stop_sequence": None,
+            "usage": {"input_tokens": tin, "output_tokens": tout, "cache_read_input_tokens": 0, "cache_creation_input_tokens": 0},
+        }
+
+    # -- HTTP ----------------------------------------------------------------------------
+    async def _fault(self) -> web.Response | None:
+        with self._lock:
+            fault = self.failures.pop(0) if self.failures else None
+        if fault is None:
+            return None
+        if fault == "hang":
+            await asyncio.sleep(self.hang_s)
+            return None
+        if fault == "429":
+            return web.json_response({"error": {"type": "rate_limit_error", "message": "slow down"}}, status=429, headers={"retry-after-ms": "10"})
+        if fault == "429-no-header":
+            return web.json_response({"error": {"type": "rate_limit_error", "message": "slow down"}}, status=429)
+        status = int(fault)
+        return web.json_response({"error": {"type": "server_error", "message": f"scripted {status}"}}, status=status)
+
+    def _handler(self, kind: str):
+        async def handle(request: web.Request) -> web.Response:
+            body = await request.json()
+            with self._lock:
+                self.requests.append({"path": request.path, "kind": kind, "body": body, "headers": dict(request.headers)})
+            failed = await self._fault()
+            if failed is not None:
+                return failed
+            if self.latency_s:
+                await asyncio.sleep(self.latency_s)
+            seen = {"chat": self._seen_chat, "responses": self._seen_responses, "anthropic": self._seen_anthropic}[kind](body)
+            text, calls = self.decide(body["model"], seen)
+            return web.json_response({"chat": self._chat, "responses": self._responses, "anthropic": self._anthropic}[kind](body, text, calls))
+
+        return handle
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_post("/v1/chat/completions", self._handler("chat"))
+        app.router.add_post("/v1/responses", self._handler("responses"))
+        app.router.add_post("/v1/messages", self._handler("anthropic"))
+        return app
+
+    # -- lifecycle: a thread with its own event loop --------------------------------------
+    def start(self) -> "ModelServer":
+        ready = threading.Event()
+        self._loop = asyncio.new_event_loop()
+
+        async def serve():
+            self._runner = web.AppRunner(self.app(), handler_cancellation=True, access_log=None)
+            await self._runner.setup()
+            site = web.TCPSite(self._runner, "127.0.0.1", 0)
+            await site.start()
+            self.port = site._server.sockets[0].getsockname()[1]
+            ready.set()
+
+        def run():
+            self._loop.run_until_complete(serve())
+            self._loop.run_forever()
+
+        self._thread = threading.Thread(target=run, daemon=True)
+        self._thread.start()
+        ready.wait(10)
+        return self
+
+    def stop(self) -> None:
+        asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+
+    @property
+    def openai_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    @property
+    def anthropic_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def count(self, kind: str | None = None) -> int:
+        return sum(1 for r in self.requests if kind is None or r["kind"] == kind)
