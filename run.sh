@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The project's two entry points, each doing its own setup on a fresh machine:
-#   bash run.sh          the main job: validate the bundle, then check every skill claim
-#                        against the pinned Megatron-Bridge (CPU)
+#   bash run.sh          the main job: validate the bundle, check every skill claim
+#                        against the pinned Megatron-Bridge (CPU), then run the evals:
+#                        against $MBSKILLS_MODEL (e.g. anthropic:claude-sonnet-4-5) when
+#                        set, else offline from the recorded answers in evals/calibration
 #   bash run.sh test     the test suite (extra arguments go to pytest)
 # Setup: find Python 3.12, build .venv, install requirements/lock.txt, then
 # megatron-bridge without its own dependencies (requirements/bridge-nodeps.txt).
@@ -86,6 +88,20 @@ ensure_deps() {
     fi
 }
 
+run_evals() {
+    local model="${MBSKILLS_MODEL:-}" out
+    if [ -z "$model" ]; then
+        # Offline: recorded answers, so that a new clone shows a complete run at once.
+        model="replay:$ROOT/evals/calibration"
+        out="$ROOT/out/eval-replay"
+        rm -rf "$out"
+    else
+        out="$ROOT/out/eval-$(printf '%s' "$model" | tr -c 'A-Za-z0-9._-' '_')"
+    fi
+    "$VENV/bin/mbskills" eval --model "$model" --conditions baseline,skills,inline --out "$out"
+    "$VENV/bin/mbskills" show "$out"
+}
+
 main() {
     local cmd="${1:-main}"
     [ $# -gt 0 ] && shift
@@ -97,6 +113,7 @@ main() {
             cd "$ROOT"
             "$VENV/bin/mbskills" validate "$ROOT"
             "$VENV/bin/mbskills" check --out "$ROOT/out/claims"
+            run_evals
             ;;
         test)
             ensure_deps

@@ -98,6 +98,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     unknown = set(args.skill or ()) - bundle.skill_names()
     if unknown:
         raise UsageError(f"--skill: no such skill in {bundle.root}: {', '.join(sorted(unknown))}")
+    if args.limit is not None and args.limit < 1:
+        raise UsageError("--limit must be at least 1")
     if args.reasoning_effort is not None and not args.reasoning_effort:
         raise UsageError("--reasoning-effort needs a value")
     cases = select_cases(bundle_cases(bundle), skills=args.skill, pattern=args.case, limit=args.limit)

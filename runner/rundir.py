@@ -75,7 +75,10 @@ class RunDir:
         records by key (error records are dropped so that they run again)."""
         if self.path.exists() and not self.path.is_dir():
             raise UsageError(f"{self.path}: exists and is not a folder")
-        self.path.mkdir(parents=True, exist_ok=True)
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UsageError(f"{self.path}: cannot create the run directory ({exc.strerror or exc})") from None
         self._lock()
         run_file = self.path / RUN_FILE
         if run_file.exists():

@@ -15,7 +15,7 @@ from .skills import Skill
 MAX_FILE_BYTES = 256 * 1024
 MAX_PATH_CHARS = 512
 HIDDEN_TOP = {"evals"}  # eval cases and their ground truth
-HIDDEN_FILES = {"card.yaml", ".mbskills-manifest.json"}  # bookkeeping, not instructions
+HIDDEN_FILES = {".mbskills-manifest.json"}  # install bookkeeping
 
 ACTIVATE = Tool(
     "activate_skill",

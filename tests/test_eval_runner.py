@@ -283,6 +283,8 @@ def test_local_server_needs_no_key(tmp_path, server, monkeypatch):
         (["--model", "openai:x", "--skill", "no-such-skill"], "no such skill"),
         (["--model", "openai:x", "--trials", "0"], "at least 1"),
         (["--model", "replay:/nonexistent/answers"], "not a folder of recorded answers"),
+        (["--model", "openai:x", "--limit", "-1"], "--limit must be at least 1"),
+        (["--model", "openai:x", "--pricing", "/nonexistent.yaml"], "cannot read the pricing file"),
     ],
 )
 def test_bad_arguments_are_one_line_errors(tmp_path, capsys, args, message):
@@ -387,3 +389,32 @@ def test_show_lists_records_and_prints_a_transcript(tmp_path, server, capsys):
     assert json.loads(capsys.readouterr().out)["condition"] == "baseline"
     assert main(["show", str(tmp_path / "nothing")]) == 2
     assert main(["show", str(tmp_path / "run"), "--case", "no-such"]) == 2
+
+
+def test_out_under_a_file_and_a_broken_evals_file_are_one_line_errors(tmp_path, server, repo_bundle, capsys):
+    (tmp_path / "afile").write_text("x")
+    assert evaluate(tmp_path, server, "--limit", "1", out="afile/run") == 2
+    assert "cannot create the run directory" in capsys.readouterr().err
+    assert evaluate(tmp_path, server, "--limit", "1", out="afile") == 2
+    assert "exists and is not a folder" in capsys.readouterr().err
+    evals = repo_bundle / "evals" / "routing.json"
+    evals.write_text(evals.read_text().replace('"question"', '"questoin"', 1))
+    code = main(["eval", "--bundle", str(repo_bundle), "--model", "openai:skilled", "--base-url", server.openai_url, "--out", str(tmp_path / "r")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and f"{evals}:" in err and "evals/schema" in err and len(err.splitlines()) == 1
+    assert server.count() == 0
+
+
+def test_agentskills_format_cases_in_the_bundle_run_too(tmp_path, server, repo_bundle):
+    import shutil
+
+    from conftest import SHARED_FORMATS
+
+    shutil.copyfile(SHARED_FORMATS / "agentskills-format.evals.json", repo_bundle / "evals" / "more.json")
+    args = ["eval", "--bundle", str(repo_bundle), "--model", "openai:plain", "--base-url", server.openai_url, "--conditions", "baseline", "--case", "more/*", "--out", str(tmp_path / "run"), "--no-cache"]
+    assert main(args) == 0
+    recs = records(tmp_path)
+    assert len(recs) == 6 and {r["owner"] for r in recs} == {"more"}
+    sent = [r["body"]["messages"][1]["content"] for r in server.requests]
+    data = json.loads((repo_bundle / "evals" / "more.json").read_text())
+    assert sorted(sent) == sorted(e["prompt"] for e in data["evals"])
