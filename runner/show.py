@@ -20,7 +20,15 @@ def select(records: list[dict], *, pattern: str | None, condition: str | None, t
 
 def table(info: dict, records: list[dict]) -> str:
     model = info.get("model", {})
-    lines = [f"run: {model.get('provider')}:{model.get('model')}  conditions {','.join(info.get('conditions', []))}  trials {info.get('trials')}  {len(records)} records"]
+    tokens_in = sum(r["usage"]["input_tokens"] for r in records)
+    tokens_out = sum(r["usage"]["output_tokens"] for r in records)
+    costs = [r["cost_usd"] for r in records]
+    cost = "unknown" if any(c is None for c in costs) else f"${sum(costs):.4f}"
+    errors = sum(1 for r in records if r["status"] == "error")
+    lines = [
+        f"run: {model.get('provider')}:{model.get('model')}  conditions {','.join(info.get('conditions', []))}  trials {info.get('trials')}",
+        f"{len(records)} records, {errors} errors, {tokens_in} input + {tokens_out} output tokens, cost {cost}",
+    ]
     header = ("case", "condition", "trial", "status", "activated", "turns", "tokens in/out")
     rows = [
         (
