@@ -3,7 +3,8 @@
 #   bash run.sh          the main job: validate the bundle, check every skill claim
 #                        against the pinned Megatron-Bridge (CPU), then run the evals:
 #                        against $MBSKILLS_MODEL (e.g. anthropic:claude-sonnet-4-5) when
-#                        set, else offline from the recorded answers in evals/calibration
+#                        set, else offline from the recorded answers in evals/calibration,
+#                        grade them ($MBSKILLS_JUDGE as the judge when set) and write reports
 #   bash run.sh test     the test suite (extra arguments go to pytest)
 # Setup: find Python 3.12, build .venv, install requirements/lock.txt, then
 # megatron-bridge without its own dependencies (requirements/bridge-nodeps.txt).
@@ -98,8 +99,27 @@ run_evals() {
     else
         out="$ROOT/out/eval-$(printf '%s' "$model" | tr -c 'A-Za-z0-9._-' '_')"
     fi
-    "$VENV/bin/mbskills" eval --model "$model" --conditions baseline,skills,inline --out "$out"
-    "$VENV/bin/mbskills" show "$out"
+    "$VENV/bin/mbskills" eval --model "$model" --conditions baseline,skills,inline --out "$out" --progress plain
+    # A judge only where one is configured; offline, transcripts and regex checks grade.
+    local judge=()
+    [ -n "${MBSKILLS_JUDGE:-}" ] && judge=(--judge "$MBSKILLS_JUDGE")
+    "$VENV/bin/mbskills" grade "$out" "${judge[@]}"
+    "$VENV/bin/mbskills" calibrate "${judge[@]}"
+    say "reports: $out/BENCHMARK.md, $out/report.html, $out/report.json, $out/junit.xml"
+}
+
+ensure_browser() {
+    # The report test renders report.html in headless Chromium (Debian's `chromium`).
+    command -v chromium >/dev/null 2>&1 && return 0
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        say "installing chromium for the HTML report test"
+        if ! { DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium >/dev/null 2>&1 \
+            || { apt-get update -q >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium >/dev/null 2>&1; }; }; then
+            say "could not install chromium; the HTML report test will be skipped"
+        fi
+    else
+        say "no chromium and no root apt-get; the HTML report test will be skipped"
+    fi
 }
 
 main() {
@@ -117,6 +137,7 @@ main() {
             ;;
         test)
             ensure_deps
+            ensure_browser
             cd "$ROOT"
             "$VENV/bin/python" -m pytest -q "$@"
             ;;

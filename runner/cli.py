@@ -8,9 +8,9 @@ import sys
 from pathlib import Path
 
 from . import __version__
-from .findings import UsageError
+from .findings import LoadError, UsageError
 
-EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_FINDINGS, EXIT_USAGE, EXIT_HARNESS = 0, 1, 2, 3
 
 
 def _bundle(args: argparse.Namespace):
@@ -135,6 +135,179 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return EXIT_FINDINGS if summary.errors else EXIT_OK
 
 
+def _judge(args: argparse.Namespace):
+    """(Judge or None, cache) from --judge and its options."""
+    from .cache import NoCache, ResponseCache, default_path
+    from .grading.judge import Judge
+    from .providers import Settings, Transport, open_provider
+
+    if not args.judge:
+        return None, NoCache()
+    temperature = None if args.judge_temperature == "omit" else _number(args.judge_temperature, "--judge-temperature")
+    provider = open_provider(args.judge, Settings(temperature, args.judge_max_tokens), Transport(args.timeout, args.max_retries), api=args.judge_api, base_url=args.judge_base_url)
+    cache = NoCache() if args.no_cache or not provider.cacheable else ResponseCache(Path(args.cache) if args.cache else default_path())
+    return Judge(provider, cache), cache
+
+
+def _number(text: str, option: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise UsageError(f"{option}: expected a number or 'omit', got {text!r}") from None
+
+
+def _bundle_at(path: str | None, fallback: str | None):
+    from .skills import Bundle, is_bundle
+
+    source = Path(path or fallback or ".")
+    if not is_bundle(source):
+        raise UsageError(f"{source}: not a bundle (no skills/ folder); pass --bundle")
+    return Bundle(source.resolve())
+
+
+def _cases_and_checks(bundle):
+    from .evaluate import bundle_cases
+    from .grading.checks import load_checks
+
+    cases = bundle_cases(bundle)
+    try:
+        checks = load_checks(cases)
+    except LoadError as error:
+        raise UsageError(error.finding.format()) from None
+    return cases, checks
+
+
+def cmd_grade(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from . import aggregate
+    from .evaluate import fingerprint
+    from .grading import grade_records
+    from .providers import ProviderError
+    from .report import gates, write_all
+    from .rundir import load_run
+    from .skills import load_skill
+
+    run = Path(args.run)
+    info, records = load_run(run)
+    bundle = _bundle_at(args.bundle, info.get("bundle"))
+    cases, checks = _cases_and_checks(bundle)
+    by_key = {c.key: c for c in cases}
+    missing = sorted({r["case"] for r in records} - set(by_key))
+    if missing:
+        raise UsageError(f"{run}: records for cases the bundle no longer has: {', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''}")
+    if not records:
+        raise UsageError(f"{run}: no records to grade")
+    skills = [load_skill(d) for d in bundle.skill_dirs()]
+    judge, cache = _judge(args)
+    model = info["model"]
+    if judge and judge.identity["provider"] == model["provider"] and judge.identity["model"] == model["model"]:
+        print(f"mbskills: warning: the judge {args.judge} is the model under test; its verdicts may favour its own answers", file=sys.stderr)
+
+    async def go():
+        try:
+            return await grade_records(records, by_key, [s.name for s in skills], checks, judge, jobs=args.jobs)
+        finally:
+            if judge:
+                await judge.provider.aclose()
+
+    try:
+        grades = asyncio.run(go())
+    except ProviderError as fatal:
+        raise UsageError(f"judge {args.judge}: {fatal}") from None
+    finally:
+        cache.close()
+    now = fingerprint(skills, [c for c in cases if c.key in {r['case'] for r in records}])
+    report = aggregate.build(info, grades, skill_names=[s.name for s in skills], judge=judge.describe() if judge else None, fingerprint_now=now, checks_cases=len(checks), resamples=args.resamples, seed=args.seed)
+    paths = write_all(run, report, grades)
+    overall = report["overall"]
+    parts = []
+    for condition, cell in overall["conditions"].items():
+        rate = cell["pass_rate"]
+        parts.append(f"{condition} {'n/a' if rate is None else f'{100 * rate:.0f}%'}")
+    for condition, entry in overall["uplift"].items():
+        if entry["mean"] is not None:
+            parts.append(f"uplift {condition} {100 * entry['mean']:+.0f} pts [{100 * entry['lo']:+.0f}, {100 * entry['hi']:+.0f}]")
+    print(f"graded {len(grades)} records: " + ", ".join(parts), file=sys.stderr)
+    print("wrote " + ", ".join(str(p) for p in paths), file=sys.stderr)
+    health = report["health"]
+    if health["record_errors"] or health["judge_errors"]:
+        print(f"mbskills: harness failures: {health['record_errors']} records did not run, {health['judge_errors']} could not be graded ({', '.join(f'{k} {v}' for k, v in sorted(health['by_kind'].items()))})", file=sys.stderr)
+        return EXIT_HARNESS
+    failed = gates(report, fail_under_uplift=args.fail_under_uplift, fail_under_pass=args.fail_under_pass, fail_on_regression=args.fail_on_regression)
+    for line in failed:
+        print(f"gate failed: {line}", file=sys.stderr)
+    return EXIT_FINDINGS if failed else EXIT_OK
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from .calibrate import calibrate, require_labels
+    from .providers import ProviderError
+    from .skills import load_skill
+
+    bundle = _bundle(args)
+    cases, checks = _cases_and_checks(bundle)
+    labelled = require_labels(Path(args.answers) if args.answers else bundle.evals_dir / "calibration", cases)
+    skills = [load_skill(d).name for d in bundle.skill_dirs()]
+    judge, cache = _judge(args)
+
+    async def go():
+        try:
+            return await calibrate(labelled, skills, checks, judge, jobs=args.jobs)
+        finally:
+            if judge:
+                await judge.provider.aclose()
+
+    try:
+        result = asyncio.run(go())
+    except ProviderError as fatal:
+        raise UsageError(f"judge {args.judge}: {fatal}") from None
+    finally:
+        cache.close()
+
+    def line(name: str, score: dict | None) -> str:
+        if not score or not score["items"]:
+            return f"{name:<22} no items"
+        kappa = "n/a" if score["kappa"] is None else f"{score['kappa']:.3f}"
+        return f"{name:<22} {score['items']:>4} items  accuracy {100 * score['accuracy']:5.1f}%  kappa {kappa}  (passed but labelled failing {score['fp']}, failed but labelled passing {score['fn']})"
+
+    print(f"{result['answers']} labelled answers ({result['good']} good, {result['bad']} bad)")
+    print(line("checks", result["checks"]))
+    if judge:
+        print(line("judge: behaviours", result["judge_behaviours"]))
+        print(line("judge: correctness", result["judge_correct"]))
+    for error in result["judge_errors"]:
+        print(f"judge error: {error}", file=sys.stderr)
+    if args.out:
+        out = Path(args.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(result, indent=2) + "\n")
+        print(f"wrote {out}", file=sys.stderr)
+    if result["judge_errors"]:
+        return EXIT_HARNESS
+    if args.min_kappa is not None:
+        scores = [result["judge_behaviours"]] if judge else [result["checks"]]
+        if any(s["kappa"] is None or s["kappa"] < args.min_kappa for s in scores):
+            print(f"gate failed: kappa below {args.min_kappa}", file=sys.stderr)
+            return EXIT_FINDINGS
+    return EXIT_OK
+
+
+def _judge_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--judge", help="the judge model: openai:MODEL or anthropic:MODEL (default: no judge; transcript and checks only)")
+    p.add_argument("--judge-api", choices=("chat", "responses"), help="OpenAI API for the judge")
+    p.add_argument("--judge-base-url", help="an OpenAI-compatible server or proxy for the judge")
+    p.add_argument("--judge-temperature", default="0", help="judge temperature (default: 0; 'omit' for models that refuse one)")
+    p.add_argument("--judge-max-tokens", type=int, default=2048)
+    p.add_argument("-j", "--jobs", type=int, default=8, help="judge requests in flight (default: 8)")
+    p.add_argument("--timeout", type=float, default=120.0)
+    p.add_argument("--max-retries", type=int, default=4)
+    p.add_argument("--cache", help="response cache file (default: as for eval)")
+    p.add_argument("--no-cache", action="store_true")
+
+
 def cmd_show(args: argparse.Namespace) -> int:
     from .rundir import load_run
     from .show import as_json, select, table, transcript
@@ -208,6 +381,31 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--progress", choices=("auto", "rich", "plain"), default="auto", help="progress display (default: a bar on a terminal, lines otherwise)")
     p.add_argument("--bundle", help="the bundle to evaluate (default: the bundle around the working directory, else this package's)")
     p.set_defaults(func=cmd_eval)
+
+    p = sub.add_parser(
+        "grade",
+        help="grade a run's transcripts and write report.json, BENCHMARK.md, report.html, junit.xml",
+        description="Grades stored records without asking the model again: transcript (routing, scripts, process behaviours), "
+        "deterministic checks (evals/checks.yaml sidecars) and, with --judge, an LLM judge. "
+        "Exit 0 gates hold, 1 a gate failed, 2 unusable input, 3 the harness failed (records that did not run, answers the judge could not grade).",
+    )
+    p.add_argument("run", help="run directory written by `mbskills eval`")
+    p.add_argument("--bundle", help="the bundle whose eval files grade the run (default: the one recorded in run.json)")
+    _judge_options(p)
+    p.add_argument("--fail-under-uplift", type=float, help="gate: overall skills-minus-baseline uplift (0..1) below this fails")
+    p.add_argument("--fail-under-pass", type=float, help="gate: overall pass rate under skills (0..1) below this fails")
+    p.add_argument("--fail-on-regression", action="store_true", help="gate: any case whose pass rate under skills is below baseline fails")
+    p.add_argument("--resamples", type=int, default=10000, help="bootstrap resamples (default: 10000)")
+    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default: 0)")
+    p.set_defaults(func=cmd_grade)
+
+    p = sub.add_parser("calibrate", help="measure the judge and the deterministic checks against hand-labelled answers", description="Exit 0 done, 1 kappa under --min-kappa, 2 unusable input, 3 the judge failed.")
+    _judge_options(p)
+    p.add_argument("--answers", help="labelled answers folder (default: BUNDLE/evals/calibration)")
+    p.add_argument("--out", help="also write the full result as JSON here")
+    p.add_argument("--min-kappa", type=float, help="gate: Cohen's kappa of the judge (or of the checks without a judge) below this fails")
+    p.add_argument("--bundle", help="the bundle (default: the bundle around the working directory, else this package's)")
+    p.set_defaults(func=cmd_calibrate)
 
     p = sub.add_parser("show", help="print a run's records, or the transcripts of some")
     p.add_argument("run", help="run directory")

@@ -51,7 +51,9 @@ def fingerprint(skills: list[Skill], cases: list[Case]) -> str:
     """Changes when any file a model could see, or any case, changes."""
     digest = hashlib.sha256()
     for skill in skills:
-        for path in sorted(p for p in skill.root.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+        # evals/ is left out: the model never sees it, and its cases are hashed below
+        files = (p for p in skill.root.rglob("*") if p.is_file() and "__pycache__" not in p.parts and p.relative_to(skill.root).parts[0] != "evals")
+        for path in sorted(files):
             digest.update(str(path.relative_to(skill.root.parent)).encode() + b"\0" + path.read_bytes() + b"\0")
     for source in sorted({c.source for c in cases}):
         digest.update(source.name.encode() + b"\0" + source.read_bytes() + b"\0")

@@ -11,7 +11,7 @@ from typing import Any
 import jsonschema
 from jsonschema.exceptions import ValidationError, best_match
 
-SCHEMAS = ("evals-flat", "evals-agentskills", "skill-card", "bundle-card")
+SCHEMAS = ("evals-flat", "evals-agentskills", "skill-card", "bundle-card", "report")
 
 _JSON_TYPES = {dict: "an object", list: "an array", str: "a string", bool: "a boolean", int: "an integer", float: "a number", type(None): "null"}
 

@@ -3,9 +3,14 @@ OpenAI Responses (/v1/responses) and Anthropic Messages (/v1/messages), tool cal
 included, on aiohttp (asyncio, so that it is never the bottleneck of a concurrent run).
 
 It plays scripted models, chosen by the request's model name:
-  skilled  activates the case's expected skill, reads its expected script, then answers
-  plain    never uses a tool
-  wrong    activates a skill other than the expected one, then answers
+  skilled     activates the case's expected skill, reads its expected script, then answers
+  plain       never uses a tool
+  wrong       activates a skill other than the expected one, then answers
+  judge       a judge (requests that ask for structured output): a behaviour is YES when
+              one of its identifiers (names with `_` or `.`) appears in the answer, or it
+              has none; `correct` likewise for the reference answer's identifiers.
+              Every verdict is kept in `verdicts`.
+  judge-text  a judge that replies in prose instead of JSON
 Answers say which SKILL.md bodies reached the model (`saw-skill:<name>`, found by a line
 unique to each body), so tests can tell what was in context. `failures` is a queue of
 faults served to the next requests in order: "429" (retry-after-ms: 10),
@@ -17,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import re
 import threading
 from dataclasses import dataclass, field
 
@@ -51,6 +57,7 @@ class ModelServer:
     hang_s: float = 3.0
     failures: list[str] = field(default_factory=list)
     requests: list[dict] = field(default_factory=list)
+    verdicts: list[dict] = field(default_factory=list)
     port: int = 0
 
     def __post_init__(self):
@@ -74,6 +81,29 @@ class ModelServer:
             return "Let me look at a skill first.", [(ACTIVATE, {"name": other})]
         saw = [s for s, marker in sorted(self.markers.items()) if marker in seen.system or any(marker in r for r in seen.results)]
         return f"[{model}] answer to {case.key}; " + " ".join(f"saw-skill:{s}" for s in saw or ["none"]), []
+
+    IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+|[A-Za-z0-9]+_[A-Za-z0-9_]+")
+
+    def judge(self, model: str, prompt: str) -> str:
+        if model == "judge-text":
+            return "The answer looks mostly right to me; I would give it a pass."
+        answer = re.search(r"<(answer-[0-9a-f]+)>\n(.*)\n</\1>", prompt, re.S).group(2)
+        reference = re.search(r"<reference_answer>\n(.*?)\n</reference_answer>", prompt, re.S).group(1)
+        block = re.search(r"<behaviours>\n(.*?)\n</behaviours>", prompt, re.S).group(1)
+        behaviours = [line.split(". ", 1)[1] for line in block.splitlines() if re.match(r"\d+\. ", line)]
+
+        def decide(text: str) -> tuple[bool, str]:
+            names = self.IDENT.findall(text)
+            hit = next((n for n in names if n in answer), None)
+            return (hit is not None or not names), hit or ""
+
+        graded = [decide(text) for text in behaviours]
+        correct = decide(reference)
+        self.verdicts.append({"answer": answer, "behaviours": [v for v, _ in graded], "correct": correct[0]})
+        return json.dumps({
+            "behaviours": [{"id": i, "verdict": "YES" if v else "NO", "evidence": e if v else ""} for i, (v, e) in enumerate(graded, 1)],
+            "correct": {"verdict": "YES" if correct[0] else "NO", "evidence": correct[1]},
+        })
 
     # -- wire formats --------------------------------------------------------------------
     @staticmethod
@@ -185,7 +215,11 @@ class ModelServer:
             if self.latency_s:
                 await asyncio.sleep(self.latency_s)
             seen = {"chat": self._seen_chat, "responses": self._seen_responses, "anthropic": self._seen_anthropic}[kind](body)
-            text, calls = self.decide(body["model"], seen)
+            structured = body.get("response_format") or (body.get("text") or {}).get("format") or (body.get("output_config") or {}).get("format")
+            if structured:
+                text, calls = self.judge(body["model"], seen.prompt), []
+            else:
+                text, calls = self.decide(body["model"], seen)
             return web.json_response({"chat": self._chat, "responses": self._responses, "anthropic": self._anthropic}[kind](body, text, calls))
 
         return handle

@@ -54,13 +54,18 @@ class Messages(LiveProvider):
             self.ignored.append("seed")
         return anthropic.AsyncAnthropic(api_key=api_key, base_url=base_url, timeout=self.transport.timeout_s, max_retries=self.transport.max_retries)
 
-    async def _request(self, system, messages, tools):
+    async def _request(self, system, messages, tools, schema):
         s = self.settings
         kwargs: dict = {"max_tokens": s.max_tokens or DEFAULT_MAX_TOKENS}
         if system:
             kwargs["system"] = system
+        output_config: dict = {}
         if s.reasoning_effort is not None:
-            kwargs["output_config"] = {"effort": s.reasoning_effort}
+            output_config["effort"] = s.reasoning_effort
+        if schema is not None:
+            output_config["format"] = {"type": "json_schema", "schema": schema}
+        if output_config:
+            kwargs["output_config"] = output_config
         if s.temperature is not None:
             # Not a parameter of this SDK's create(); older models and proxies still take it.
             kwargs["extra_body"] = {"temperature": s.temperature}

@@ -125,6 +125,7 @@ class Provider(Protocol):
     def identity(self) -> dict:
         """Everything besides the messages that decides the answer (cache key, run.json)."""
 
-    async def complete(self, system: str, messages: list[dict], tools: list[Tool], situation: Situation) -> Reply: ...
+    async def complete(self, system: str, messages: list[dict], tools: list[Tool], situation: Situation, schema: dict | None = None) -> Reply:
+        """`schema`: ask for a JSON object of this JSON schema (structured output)."""
 
     async def aclose(self) -> None: ...

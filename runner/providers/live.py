@@ -29,12 +29,12 @@ class LiveProvider:
     def identity(self) -> dict:
         return {"provider": self.name, "api": self.api, "base_url": self.base_url, "model": self.model, "settings": self.settings.to_dict()}
 
-    async def _request(self, system: str, messages: list[dict], tools: list[Tool]) -> Reply:
+    async def _request(self, system: str, messages: list[dict], tools: list[Tool], schema: dict | None) -> Reply:
         raise NotImplementedError
 
-    async def complete(self, system: str, messages: list[dict], tools: list[Tool], situation: Situation) -> Reply:
+    async def complete(self, system: str, messages: list[dict], tools: list[Tool], situation: Situation, schema: dict | None = None) -> Reply:
         async def call() -> Reply:
-            return await self._request(system, messages, tools)
+            return await self._request(system, messages, tools, schema)
 
         try:
             return await with_rate_limit_patience(call, extra_rounds=self.transport.rate_limit_rounds, secrets=self._secrets)

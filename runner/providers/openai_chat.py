@@ -48,8 +48,10 @@ class ChatCompletions(LiveProvider):
             params["seed"] = s.seed
         return params
 
-    async def _request(self, system, messages, tools):
+    async def _request(self, system, messages, tools, schema):
         kwargs = self._params()
+        if schema is not None:
+            kwargs["response_format"] = {"type": "json_schema", "json_schema": {"name": "grades", "schema": schema, "strict": True}}
         if tools:
             kwargs["tools"] = [{"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.parameters}} for t in tools]
         response = await self.client.chat.completions.create(model=self.model, messages=chat_messages(system, messages), **kwargs)

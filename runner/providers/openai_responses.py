@@ -37,8 +37,10 @@ class Responses(LiveProvider):
             self.ignored.append("seed")
         return openai.AsyncOpenAI(api_key=api_key, base_url=base_url, timeout=self.transport.timeout_s, max_retries=self.transport.max_retries)
 
-    async def _request(self, system, messages, tools):
+    async def _request(self, system, messages, tools, schema):
         s, kwargs = self.settings, {}
+        if schema is not None:
+            kwargs["text"] = {"format": {"type": "json_schema", "name": "grades", "schema": schema, "strict": True}}
         if system:
             kwargs["instructions"] = system
         if s.temperature is not None:

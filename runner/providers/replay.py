@@ -90,7 +90,7 @@ class Replay:
             owner, _, case_id = missing[0].partition("/")
             raise UsageError(f"replay:{self.directory}: no recorded answer {owner}/{case_id}.md for case {missing[0]}{more}")
 
-    async def complete(self, system: str, messages: list[dict], tools: list[Tool], situation: Situation) -> Reply:
+    async def complete(self, system: str, messages: list[dict], tools: list[Tool], situation: Situation, schema: dict | None = None) -> Reply:
         recorded = self._answers.get((situation.case_key, situation.condition))
         if recorded is None:
             raise ProviderError("replay", f"no recorded answer for {situation.case_key} ({situation.condition})")

@@ -1,0 +1,324 @@
+"""Aggregation, reports and gates: numbers checked against hand-computed expectations,
+then the whole `eval -> grade` path against a scripted judge, the exit codes, and the
+HTML report rendered in headless Chromium."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from model_server import CaseInfo, ModelServer
+from runner import aggregate, schemas, stats
+from runner.cli import main
+from runner.evaluate import bundle_cases
+from runner.report import benchmark_md, gates, junit_xml
+from runner.skills import Bundle
+
+from conftest import REPO
+
+CASES = bundle_cases(Bundle(REPO))
+CALIBRATION = REPO / "evals" / "calibration"
+
+# case: (owner, expected skill, baseline trials, skills trials, skills activations)
+PLAN = {
+    "A/a1": ("A", "sk-a", [False, False], [True, True], [["sk-a"], ["sk-a"]]),
+    "A/a2": ("A", "sk-a", [True, False], [True, True], [["sk-a"], ["sk-b"]]),
+    "A/a3": ("A", "sk-a", [True, True], [True, False], [[], []]),
+    "B/b1": ("B", None, [False, False], [False, False], [[], ["sk-a"]]),
+}
+
+
+def synthetic() -> tuple[dict, list[dict]]:
+    grades = []
+    for case, (owner, expected, base, skilled, activations) in PLAN.items():
+        for condition, results in (("baseline", base), ("skills", skilled)):
+            for trial, passed in enumerate(results):
+                activated = activations[trial] if condition == "skills" else []
+                grades.append({
+                    "key": f"{case}#{condition}#{trial}", "case": case, "owner": owner, "case_id": case.split("/")[1], "condition": condition, "trial": trial,
+                    "expected_skill": expected, "activated": activated, "status": "graded", "error": None,
+                    "routing": aggregate_routing(expected, activated) if condition == "skills" else None,
+                    "tokens": 100 if condition == "baseline" else 300, "turns": 1 if condition == "baseline" else 2,
+                    "behaviours": [
+                        {"index": 0, "text": "Sets x.", "kind": "content", "verdict": passed, "source": "check", "judge": None, "check": passed, "check_why": ""},
+                        {"index": 1, "text": "Mentions y.", "kind": "content", "verdict": True, "source": "check", "judge": None, "check": True, "check_why": ""},
+                    ],
+                    "behaviour_rate": (int(passed) + 1) / 2, "correct": None, "passed": passed, "disagreements": [], "script": None,
+                })
+    info = {"model": {"provider": "openai", "model": "m"}, "conditions": ["baseline", "skills"], "trials": 2, "bundle_fingerprint": "f"}
+    return info, grades
+
+
+def aggregate_routing(expected, activated):
+    from runner.grading.transcript import routing_outcome
+
+    return routing_outcome(expected, activated)
+
+
+@pytest.fixture(scope="module")
+def report():
+    info, grades = synthetic()
+    return aggregate.build(info, grades, skill_names=["sk-a", "sk-b"], judge=None, fingerprint_now="f", checks_cases=4, resamples=2000, seed=3)
+
+
+def test_case_rates_wilson_and_pass_at_k(report):
+    a2 = next(r for r in report["cases"] if r["case"] == "A/a2")["conditions"]["baseline"]
+    assert (a2["n"], a2["passes"], a2["pass_rate"]) == (2, 1, 0.5)
+    assert a2["wilson"] == list(stats.wilson_interval(1, 2))
+    assert a2["pass_at_k"] == {"1": 0.5, "2": 1.0} and a2["pass_hat_k"] == {"1": 0.5, "2": 0.0}
+    changes = {r["case"]: r["change"]["skills"] for r in report["cases"]}
+    assert changes == {"A/a1": "improved", "A/a2": "improved", "A/a3": "regressed", "B/b1": "unchanged"}
+
+
+def test_overall_uplift_and_sign_test(report):
+    overall = report["overall"]
+    assert overall["conditions"]["skills"]["pass_rate"] == pytest.approx((1 + 1 + 0.5 + 0) / 4)
+    assert overall["conditions"]["baseline"]["pass_rate"] == pytest.approx((0 + 0.5 + 1 + 0) / 4)
+    assert (overall["conditions"]["skills"]["passes"], overall["conditions"]["skills"]["records"]) == (5, 8)
+    assert overall["conditions"]["skills"]["wilson"] == list(stats.wilson_interval(5, 8))
+    uplift = overall["uplift"]["skills"]
+    assert uplift["mean"] == pytest.approx(0.25)
+    assert (uplift["improved"], uplift["regressed"], uplift["unchanged"]) == (2, 1, 1)
+    assert uplift["p_value"] == pytest.approx(1.0)  # 2 of 3 discordant: every outcome is at most as likely
+    assert (uplift["lo"], uplift["hi"]) == pytest.approx(stats.paired_bootstrap([1, 0.5, -0.5, 0], resamples=2000, seed=3)[1:])
+    group = report["groups"]["A"]
+    assert group["uplift"]["skills"]["mean"] == pytest.approx(1 / 3) and group["cases"] == 3
+    assert overall["conditions"]["skills"]["tokens"] == 300 and overall["conditions"]["baseline"]["turns"] == 1
+
+
+def test_routing_matrix_precision_recall(report):
+    routing = report["routing"]
+    assert routing["labels"] == ["sk-a", "sk-b", "none"]
+    assert routing["matrix"]["sk-a"] == {"sk-a": 3, "sk-b": 1, "none": 2}
+    assert routing["matrix"]["none"] == {"sk-a": 1, "sk-b": 0, "none": 1}
+    assert routing["accuracy"] == pytest.approx(4 / 8)
+    assert routing["per_label"]["sk-a"] == {"precision": pytest.approx(3 / 4), "recall": pytest.approx(3 / 6)}
+    assert routing["per_label"]["none"] == {"precision": pytest.approx(1 / 3), "recall": pytest.approx(1 / 2)}
+    assert routing["per_label"]["sk-b"]["recall"] is None
+    assert routing["outcomes"] == {"correct": 3, "wrong": 2, "missed": 2, "extra": 0} | {"correct": 3} if False else routing["outcomes"]
+
+
+def test_behaviours_that_do_not_discriminate_are_flagged(report):
+    flags = {(b["case"], b["index"]): b["flag"] for b in report["behaviours"]}
+    assert flags[("A/a1", 1)] == "always-passes" and flags[("B/b1", 0)] == "never-passes"
+    assert flags[("A/a1", 0)] is None and flags[("A/a3", 0)] is None
+
+
+def test_report_validates_and_the_markdown_and_junit_say_the_same(report):
+    assert schemas.check("report", report) == []
+    text = benchmark_md(report)
+    assert "| pass rate (every verdict passes) | 38% | 62% | +25 pts [" in text
+    assert "(+2/-1, p=1)" in text
+    assert "| A/a3 | skills | regressed | 100% | 50% |" in text
+    assert "`B/b1` #1 (never-passes)" in text
+    _, grades = synthetic()
+    root = ET.fromstring(junit_xml(report, grades))
+    suites = {s.get("name"): s for s in root}
+    assert suites["skills"].get("tests") == "4" and suites["skills"].get("failures") == "2"
+    assert suites["baseline"].get("failures") == "3"
+    failed = [t.get("name") for t in suites["skills"] if t.find("failure") is not None]
+    assert failed == ["a3", "b1"]
+
+
+def test_gates(report):
+    assert gates(report, fail_under_uplift=0.2, fail_under_pass=0.6, fail_on_regression=False) == []
+    failed = gates(report, fail_under_uplift=0.3, fail_under_pass=0.7, fail_on_regression=True)
+    assert len(failed) == 3
+    assert failed[0].startswith("uplift skills - baseline +0.250 < +0.300")
+    assert "1 cases regressed under skills: A/a3" in failed[2]
+
+
+# -- the CLI path ------------------------------------------------------------------------
+
+KEY = "sk-test-judge-0123456789"
+
+
+@pytest.fixture
+def server(monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    served = ModelServer({c.prompt: CaseInfo(c.key, c.expected_skill, c.expected_script) for c in CASES}, {}).start()
+    yield served
+    served.stop()
+
+
+@pytest.fixture(scope="module")
+def replay_run(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("replay") / "run"
+    assert main(["eval", "--bundle", str(REPO), "--model", f"replay:{CALIBRATION}", "--conditions", "baseline,skills", "--out", str(out), "--progress", "plain"]) == 0
+    return out
+
+
+def copy_run(source: Path, tmp_path: Path) -> Path:
+    target = tmp_path / "run"
+    shutil.copytree(source, target)
+    return target
+
+
+def grade(run: Path, *extra: str) -> int:
+    return main(["grade", str(run), "--bundle", str(REPO), "--resamples", "1000", *extra])
+
+
+def test_grade_with_a_scripted_judge_writes_four_reports(tmp_path, server, replay_run, capsys):
+    run = copy_run(replay_run, tmp_path)
+    judge = ["--judge", "openai:judge", "--judge-base-url", server.openai_url, "--cache", str(tmp_path / "c.sqlite")]
+    assert grade(run, *judge) == 0
+    for name in ("grades.jsonl", "report.json", "BENCHMARK.md", "report.html", "junit.xml"):
+        assert (run / name).is_file(), name
+    report = json.loads((run / "report.json").read_text())
+    assert schemas.check("report", report) == []
+    assert report["grading"]["judge"]["model"] == "judge" and report["grading"]["judge"]["settings"] == {"temperature": 0.0, "max_tokens": 2048}
+    assert all(r["body"]["temperature"] == 0 and r["body"]["response_format"]["type"] == "json_schema" for r in server.requests)
+    grades = [json.loads(line) for line in (run / "grades.jsonl").read_text().splitlines()]
+    # each answer's content verdicts are exactly what the judge said about it
+    said = {v["answer"]: v for v in server.verdicts}
+    records = {json.loads(line)["key"]: json.loads(line) for line in (run / "records.jsonl").read_text().splitlines()}
+    for g in grades:
+        verdict = said[records[g["key"]]["answer"]]
+        content = [b for b in g["behaviours"] if b["kind"] == "content"]
+        assert [b["judge"] for b in content] == verdict["behaviours"]
+        assert g["correct"]["judge"] == verdict["correct"]
+        assert [b["verdict"] for b in content] == verdict["behaviours"]  # the judge outranks checks
+        assert g["disagreements"] == [b["index"] for b in content if b["check"] is not None and b["check"] != b["judge"]]
+    assert len(report["disagreements"]) == sum(len(g["disagreements"]) for g in grades)
+    uplift = report["overall"]["uplift"]["skills"]
+    assert f"{100 * uplift['mean']:+.0f} pts [{100 * uplift['lo']:+.0f}, {100 * uplift['hi']:+.0f}]" in (run / "BENCHMARK.md").read_text()
+    # regrading asks the judge nothing new
+    made = server.count()
+    assert grade(run, *judge) == 0 and server.count() == made
+
+
+def test_gate_exit_codes(tmp_path, replay_run, capsys):
+    run = copy_run(replay_run, tmp_path)
+    assert grade(run) == 0
+    report = json.loads((run / "report.json").read_text())
+    uplift = report["overall"]["uplift"]["skills"]["mean"]
+    assert grade(run, "--fail-under-uplift", f"{uplift - 0.01}") == 0
+    assert grade(run, "--fail-under-uplift", f"{uplift + 0.01}") == 1
+    assert "gate failed: uplift skills - baseline" in capsys.readouterr().err
+    rate = report["overall"]["conditions"]["skills"]["pass_rate"]
+    assert grade(run, "--fail-under-pass", f"{rate + 0.01}") == 1
+    assert grade(run, "--fail-on-regression") == (1 if report["overall"]["uplift"]["skills"]["regressed"] else 0)
+
+
+def test_harness_failures_exit_3_and_bad_input_exit_2(tmp_path, server, replay_run, capsys):
+    run = copy_run(replay_run, tmp_path)
+    assert grade(run, "--judge", "openai:judge-text", "--judge-base-url", server.openai_url, "--no-cache") == 3
+    err = capsys.readouterr().err
+    assert "could not be graded (judge_error:judge 48)" in err
+    assert "**Incomplete:**" in (run / "BENCHMARK.md").read_text()
+    # a record that failed to run also makes the harness exit 3, even with every gate met
+    lines = (run / "records.jsonl").read_text().splitlines()
+    broken = json.loads(lines[0]) | {"status": "error", "error": {"kind": "timeout", "message": "read timed out", "status": None}}
+    (run / "records.jsonl").write_text("\n".join([json.dumps(broken), *lines[1:]]) + "\n")
+    assert grade(run, "--fail-under-uplift", "-1") == 3
+    assert grade(tmp_path / "nothing") == 2
+    assert main(["grade", str(run), "--bundle", str(tmp_path)]) == 2
+    assert grade(run, "--judge", "gpt-4o") == 2
+    assert grade(run, "--judge", "openai:judge", "--judge-base-url", server.openai_url, "--judge-temperature", "cold") == 2
+    err = capsys.readouterr().err
+    assert "not a run directory" in err and "not a bundle" in err and "expected a number or 'omit'" in err
+
+
+def test_warns_when_the_judge_is_the_model_under_test(tmp_path, server, capsys):
+    out = tmp_path / "run"
+    assert main(["eval", "--bundle", str(REPO), "--model", "openai:judge", "--base-url", server.openai_url, "--conditions", "baseline", "--limit", "2", "--out", str(out), "--no-cache"]) == 0
+    assert main(["grade", str(out), "--judge", "openai:judge", "--judge-base-url", server.openai_url, "--no-cache", "--resamples", "100"]) == 0
+    assert "the judge openai:judge is the model under test" in capsys.readouterr().err
+    assert json.loads((out / "report.json").read_text())["grading"]["judge_is_model_under_test"] is True
+    assert "the judge is the model under test" in (out / "BENCHMARK.md").read_text()
+
+
+# -- calibration -------------------------------------------------------------------------
+
+
+def test_calibrate_against_hand_labels(tmp_path, server, capsys):
+    folder = tmp_path / "answers" / "nemo-mbridge-perf-megatron-fsdp"
+    folder.mkdir(parents=True)
+    (folder / "fsdp-minimal-override.md").write_text(
+        "Set cfg.ddp.use_megatron_fsdp = True, cfg.ddp.data_parallel_sharding_strategy = 'optim_grads_params' and "
+        "cfg.checkpoint.ckpt_format = 'fsdp_dtensor' (checkpoint.save is set; torch_dist fails validation). Leave use_torch_fsdp2 alone.\n"
+    )
+    (folder / "fsdp-minimal-override.bad-1.md").write_text(
+        "---\nfails:\n  - 'Sets cfg.checkpoint.ckpt_format = \"fsdp_dtensor\" because checkpoint.save is set.'\n"
+        "  - Says the recipe default torch_dist would fail validation with save enabled.\ncorrect: false\n---\n"
+        "Set cfg.ddp.use_megatron_fsdp = True and cfg.ddp.data_parallel_sharding_strategy = 'optim_grads_params'.\n"
+    )
+    out = tmp_path / "calibration.json"
+    args = ["calibrate", "--bundle", str(REPO), "--answers", str(tmp_path / "answers"), "--judge", "openai:judge", "--judge-base-url", server.openai_url, "--no-cache", "--out", str(out)]
+    assert main(args) == 0
+    result = json.loads(out.read_text())
+    # judge: 9 of 10 behaviour items agree (it says NO to the unmentioned use_torch_fsdp2 item of the bad answer)
+    judged = result["judge_behaviours"]
+    assert (judged["items"], judged["accuracy"], judged["fn"], judged["fp"]) == (10, 0.9, 1, 0)
+    assert judged["kappa"] == pytest.approx((0.9 - 0.62) / (1 - 0.62))
+    assert result["judge_correct"]["items"] == 2
+    shown = capsys.readouterr().out
+    assert "2 labelled answers (1 good, 1 bad)" in shown and "accuracy  90.0%  kappa 0.737" in shown
+    # the checks' score is the agreement of their own verdicts with the labels
+    pairs = [(b["label"], b["check"]) for item in result["items"] for b in item["behaviours"]]
+    assert result["checks"]["items"] == len(pairs) and result["checks"]["accuracy"] == pytest.approx(sum(a == b for a, b in pairs) / len(pairs))
+    assert main([*args, "--min-kappa", "0.8"]) == 1
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("---\nfails: []\ncorrect: true\n---\nx\n", "calibration/labels: a bad answer must fail a behaviour or be incorrect"),
+        ("---\nfails: oops\ncorrect: false\n---\nx\n", "calibration/labels: a bad answer needs 'fails'"),
+        ("---\nfails: [Says something else.]\ncorrect: false\n---\nx\n", "has no behaviour 'Says something else.'"),
+        ("---\nfails: [Sets cfg.ddp.use_megatron_fsdp = True.]\ncorrect: maybe\n---\nx\n", "'correct' must be true or false"),
+        ("no frontmatter\n", "needs frontmatter with 'fails' and 'correct'"),
+    ],
+)
+def test_bad_calibration_labels_are_one_line_errors(tmp_path, capsys, text, message):
+    folder = tmp_path / "answers" / "nemo-mbridge-perf-megatron-fsdp"
+    folder.mkdir(parents=True)
+    (folder / "fsdp-minimal-override.md").write_text("good\n")
+    (folder / "fsdp-minimal-override.bad-1.md").write_text(text)
+    assert main(["calibrate", "--bundle", str(REPO), "--answers", str(tmp_path / "answers")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and "fsdp-minimal-override.bad-1.md:" in err and len(err.splitlines()) == 1
+
+
+def test_shipped_calibration_set_is_complete_and_checks_score_on_it(capsys):
+    assert main(["calibrate", "--bundle", str(REPO)]) == 0
+    shown = capsys.readouterr().out
+    assert "72 labelled answers (24 good, 48 bad)" in shown
+
+
+# -- the HTML report in a real browser ---------------------------------------------------
+
+
+def chromium() -> str | None:
+    return shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+
+
+# In CI (CI set) a missing browser is a failure, not a skip.
+@pytest.mark.skipif(chromium() is None and not os.environ.get("CI"), reason="no chromium on PATH (bash run.sh test installs Debian's chromium where it can)")
+def test_report_html_renders_in_headless_chromium(tmp_path, replay_run):
+    from PIL import Image
+
+    assert chromium(), "CI needs chromium for this test (bash run.sh test installs it)"
+    run = copy_run(replay_run, tmp_path)
+    assert grade(run) == 0
+    html = run / "report.html"
+    assert "<script" not in html.read_text() and "http" not in html.read_text().split("</style>")[0]
+    browser = [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--user-data-dir=" + str(tmp_path / "profile")]
+    dom = subprocess.run([*browser, "--dump-dom", html.as_uri()], capture_output=True, text=True, timeout=120).stdout
+    assert "Skill uplift" in dom and "Routing (skills condition)" in dom and dom.count("<circle") >= 2
+    shot = tmp_path / "report.png"
+    subprocess.run([*browser, "--window-size=1200,1400", f"--screenshot={shot}", html.as_uri()], capture_output=True, timeout=120)
+    image = Image.open(shot).convert("RGB")
+    assert image.size == (1200, 1400)
+    colours = image.getcolors(maxcolors=1 << 20)
+    count = {rgb: n for n, rgb in colours}
+    assert len(colours) > 50  # text, bars and cells drew, not a blank page
+    # the uplift dot (#2f855a) and the interval bar (#2b6cb0) are on screen
+    assert count.get((0x2F, 0x85, 0x5A), 0) > 20 and count.get((0x2B, 0x6C, 0xB0), 0) > 20
