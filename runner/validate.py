@@ -91,6 +91,28 @@ def validate_bundle(report: Report, bundle: Bundle) -> None:
         validate_skill(report, skill_dir, bundle, names)
     for path in bundle.bundle_eval_files():
         validate_evals(report, path, bundle, quality=False)
+    _check_calibration(report, bundle)
+
+
+def _check_calibration(report: Report, bundle: Bundle) -> None:
+    """Labelled answers in evals/calibration/ must name behaviours their case has."""
+    from .calibrate import load_labelled
+    from .cases import load_cases
+
+    folder = bundle.evals_dir / "calibration"
+    if not folder.is_dir():
+        return
+    files = [d / EVALS_FILE for d in bundle.skill_dirs()] + bundle.bundle_eval_files()
+    cases = []
+    for path in files:
+        try:
+            cases.extend(load_cases(path))
+        except LoadError:
+            return  # already reported for the evals file itself
+    try:
+        load_labelled(folder, cases)
+    except LoadError as error:
+        report.load(error)
 
 
 # --- skill ------------------------------------------------------------------------------
@@ -315,6 +337,16 @@ def validate_evals(
         _check_case_targets(report, evals, case, names, skills_root, owner)
     if quality and owner is not None:
         _check_coverage(report, evals, owner)
+    _check_sidecar(report, evals)
+
+
+def _check_sidecar(report: Report, evals: EvalsFile) -> None:
+    """The deterministic-checks sidecar beside an evals file, when there is one."""
+    from .grading.checks import read_checks, sidecar_for
+
+    sidecar = sidecar_for(evals.path)
+    if sidecar.is_file():
+        report.extend(read_checks(sidecar, evals.cases)[1])
 
 
 def _check_case_targets(report: Report, evals: EvalsFile, case, names, skills_root, owner) -> None:

@@ -109,7 +109,7 @@ def test_unreadable_file_is_a_finding(good_bundle: Path, monkeypatch):
 
 
 # Rules covered here rather than by a file in tests/fixtures/bad/.
-COVERED_BY_TESTS = {"bundle/card-missing", "bundle/empty", "bundle/unlisted-skill", "skill/missing", "card/missing", "evals/missing", "skill/spec", "skill/duplicate-claim", "file/unreadable"}
+COVERED_BY_TESTS = {"checks/schema", "checks/unknown-case", "checks/unknown-behaviour", "checks/regex", "calibration/labels", "bundle/card-missing", "bundle/empty", "bundle/unlisted-skill", "skill/missing", "card/missing", "evals/missing", "skill/spec", "skill/duplicate-claim", "file/unreadable"}
 
 
 def test_every_rule_has_a_failing_fixture():
@@ -119,3 +119,23 @@ def test_every_rule_has_a_failing_fixture():
 
     corpus = {entry["rule"] for entry in yaml.safe_load((BAD / "EXPECTED.yaml").read_text()).values()}
     assert set(RULES) - corpus - COVERED_BY_TESTS == set()
+
+
+@pytest.mark.parametrize(
+    "where, text, rule, line",
+    [
+        ("skills/demo-skill/evals/checks.yaml", "demo-9:\n  - behaviour: x\n    must: [a]\n", "checks/unknown-case", 1),
+        ("skills/demo-skill/evals/checks.yaml", "demo-1:\n  - behaviour: Sets something else.\n    must: [a]\n", "checks/unknown-behaviour", 2),
+        ("skills/demo-skill/evals/checks.yaml", "demo-1:\n  - behaviour: Sets cfg.widget.enabled = True.\n    must: ['[a-']\n", "checks/regex", 3),
+        ("evals/routing.checks.yaml", "two:\n  - behaviour: Names cfg.widget.enabled.\n", "checks/schema", 2),
+        ("evals/calibration/demo-skill/demo-1.bad-1.md", "---\nfails: [Sets nothing.]\ncorrect: false\n---\nx\n", "calibration/labels", 2),
+    ],
+)
+def test_sidecar_and_calibration_findings(good_bundle: Path, where, text, rule, line):
+    target = good_bundle / where
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if rule == "calibration/labels":
+        (target.parent / "demo-1.md").write_text("good answer\n")
+    target.write_text(text)
+    findings = validate_path(good_bundle)
+    assert [(f.rule, f.line, Path(f.path).name) for f in findings] == [(rule, line, target.name)]
