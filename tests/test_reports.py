@@ -322,3 +322,12 @@ def test_report_html_renders_in_headless_chromium(tmp_path, replay_run):
     assert len(colours) > 50  # text, bars and cells drew, not a blank page
     # the uplift dot (#2f855a) and the interval bar (#2b6cb0) are on screen
     assert count.get((0x2F, 0x85, 0x5A), 0) > 20 and count.get((0x2B, 0x6C, 0xB0), 0) > 20
+
+
+@pytest.mark.skipif(not os.environ.get("MBSKILLS_JUDGE"), reason="set MBSKILLS_JUDGE (and its API key) to calibrate a real judge")
+def test_calibrate_a_real_judge(tmp_path, capsys):
+    out = tmp_path / "calibration.json"
+    code = main(["calibrate", "--bundle", str(REPO), "--judge", os.environ["MBSKILLS_JUDGE"], "--out", str(out)])
+    result = json.loads(out.read_text())
+    assert code == 0 and not result["judge_errors"]
+    assert result["judge_behaviours"]["items"] > 100
