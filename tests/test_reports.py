@@ -331,3 +331,49 @@ def test_calibrate_a_real_judge(tmp_path, capsys):
     result = json.loads(out.read_text())
     assert code == 0 and not result["judge_errors"]
     assert result["judge_behaviours"]["items"] > 100
+
+
+def test_scripted_run_numbers_match_hand_computed_expectations(tmp_path, good_bundle, monkeypatch, capsys):
+    """demo-1..4 expect demo-skill, demo-5..6 expect none; the `skilled` model activates the
+    expected skill and says which SKILL.md it saw, and the sidecar checks that. By hand:
+    skills passes 12/12 records, baseline 4/12 (only demo-5, demo-6, which need no skill);
+    per case uplift is 1,1,1,1,0,0 -> mean 4/6, 4 improved, 0 regressed, sign test p = 2/2^4."""
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    (good_bundle / "skills/demo-skill/evals/checks.yaml").write_text(
+        "".join(f"demo-{i}:\n  - behaviour: Sets cfg.widget.enabled = True.\n    must: ['saw-skill:demo-skill']\n" for i in range(1, 5))
+        + "".join(f"demo-{i}:\n  - behaviour: Does not mention the widget.\n    must_not: ['saw-skill:demo-skill']\n" for i in (5, 6))
+    )
+    cases = bundle_cases(Bundle(good_bundle))
+    served = ModelServer({c.prompt: CaseInfo(c.key, c.expected_skill, c.expected_script) for c in cases}, {"demo-skill": "# Demo skill"}).start()
+    try:
+        out = tmp_path / "run"
+        assert main(["eval", "--bundle", str(good_bundle), "--model", "openai:skilled", "--base-url", served.openai_url, "--case", "demo-skill/*",
+                     "--conditions", "baseline,skills", "--trials", "2", "--out", str(out), "--no-cache", "--progress", "plain"]) == 0
+    finally:
+        served.stop()
+    assert main(["grade", str(out), "--resamples", "2000", "--seed", "1", "--fail-under-uplift", "0.6", "--fail-on-regression"]) == 0
+    report = json.loads((out / "report.json").read_text())
+    overall = report["overall"]
+    assert (overall["conditions"]["skills"]["passes"], overall["conditions"]["skills"]["records"]) == (12, 12)
+    assert (overall["conditions"]["baseline"]["passes"], overall["conditions"]["baseline"]["records"]) == (4, 12)
+    assert overall["conditions"]["baseline"]["wilson"] == pytest.approx(list(stats.wilson_interval(4, 12)))
+    uplift = overall["uplift"]["skills"]
+    assert uplift["mean"] == pytest.approx(4 / 6) and (uplift["improved"], uplift["regressed"], uplift["unchanged"]) == (4, 0, 2)
+    assert uplift["p_value"] == pytest.approx(2 / 2**4)
+    assert (uplift["lo"], uplift["hi"]) == pytest.approx(stats.paired_bootstrap([1, 1, 1, 1, 0, 0], resamples=2000, seed=1)[1:])
+    routing = report["routing"]
+    assert routing["matrix"] == {"demo-skill": {"demo-skill": 8, "none": 0}, "none": {"demo-skill": 0, "none": 4}} and routing["accuracy"] == 1.0
+    flags = {(b["case"], b["text"]): b["flag"] for b in report["behaviours"]}
+    assert flags[("demo-skill/demo-5", "Activates no skill.")] == "always-passes"
+    assert flags[("demo-skill/demo-1", "Reads the demo skill.")] is None
+    demo1 = next(r for r in report["cases"] if r["case"] == "demo-skill/demo-1")["conditions"]
+    assert demo1["baseline"]["pass_at_k"] == {"1": 0.0, "2": 0.0} and demo1["skills"]["pass_hat_k"] == {"1": 1.0, "2": 1.0}
+    text = (out / "BENCHMARK.md").read_text()
+    assert "| pass rate (every verdict passes) | 33% | 100% | +67 pts [" in text and "(+4/-0, p=0.125)" in text
+    assert "| routing: expected skill only | n/a | 100% |" in text
+    suites = {s.get("name"): s for s in ET.fromstring((out / "junit.xml").read_text())}
+    assert (suites["skills"].get("tests"), suites["skills"].get("failures")) == ("6", "0")
+    assert suites["baseline"].get("failures") == "4"
+    html = (out / "report.html").read_text()
+    assert "+67 [" in html and "demo-skill (skills)" in html
+    assert main(["grade", str(out), "--fail-under-uplift", "0.7"]) == 1

@@ -193,7 +193,15 @@ def precision_knobs(ctx: Context) -> None:
     fixed.mixed_precision.grad_reduce_in_fp32 = False
     resolve(fixed)
     ctx.expect(fixed.ddp.grad_reduce_in_fp32 is False, "cfg.mixed_precision.grad_reduce_in_fp32 did not reach cfg.ddp")
-    ctx.says("`grad_reduce_in_fp32`", "`fp8_param_gather`", "Set them on `cfg.mixed_precision`")
+    ctx.says("`grad_reduce_in_fp32`", "`fp8_param_gather`", "Set them on `cfg.mixed_precision`", "`_pretrain_common()`", "`\"bf16_mixed\"`", "raises `AttributeError`")
+    # Recipes hand over the preset by name; the skill's two lines make it settable.
+    from megatron.bridge.recipes.common import _pretrain_common
+
+    recipe = _pretrain_common()
+    ctx.expect(recipe.mixed_precision == "bf16_mixed", f"_pretrain_common() now sets mixed_precision to {recipe.mixed_precision!r}, not the name 'bf16_mixed'")
+    ctx.expect_raises(lambda: setattr(recipe.mixed_precision, "grad_reduce_in_fp32", False), AttributeError, "grad_reduce_in_fp32")
+    recipe = ctx.apply(recipe)
+    ctx.expect(isinstance(recipe.mixed_precision, MixedPrecisionConfig) and recipe.mixed_precision.grad_reduce_in_fp32 is False, "the skill's snippet did not leave a MixedPrecisionConfig with grad_reduce_in_fp32 False")
 
 
 @claim(SKILL, "overlap-env-vars")
