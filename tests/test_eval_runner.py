@@ -187,6 +187,7 @@ def test_killed_run_continues_where_it_stopped(tmp_path, server):
         time.sleep(0.02)
     process.send_signal(signal.SIGKILL)
     process.wait()
+    time.sleep(0.3)  # let the server log any request that was already on the wire
     partial = records(tmp_path, "killed")
     assert 8 <= len(partial) < 72
     made = server.count()
@@ -209,7 +210,8 @@ def test_filters_select_cases(tmp_path, server):
     assert evaluate(tmp_path, server, "--conditions", "baseline", "--case", "routing/route-none-*", out="b") == 0
     assert {r["case"] for r in records(tmp_path, "b")} == {"routing/route-none-hf-conversion", "routing/route-none-context-parallel"}
     assert evaluate(tmp_path, server, "--conditions", "baseline", "--case", "overlap-*", "--limit", "3", out="c") == 0
-    assert [r["case"] for r in records(tmp_path, "c")] == [c.key for c in CASES if str(c.id).startswith("overlap-")][:3]
+    # records land in completion order; the selection is the first three in file order
+    assert sorted(r["case"] for r in records(tmp_path, "c")) == sorted([c.key for c in CASES if str(c.id).startswith("overlap-")][:3])
 
 
 # -- faults ------------------------------------------------------------------------------
