@@ -429,6 +429,9 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as error:
         print(f"mbskills: error: {error}", file=sys.stderr)
         return EXIT_USAGE
+    except LoadError as error:  # a file the command needs is malformed
+        print(f"mbskills: error: {error.finding.format()}", file=sys.stderr)
+        return EXIT_USAGE
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:

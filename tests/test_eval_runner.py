@@ -423,3 +423,12 @@ def test_agentskills_format_cases_in_the_bundle_run_too(tmp_path, server, repo_b
     sent = [r["body"]["messages"][1]["content"] for r in server.requests]
     data = json.loads((repo_bundle / "evals" / "more.json").read_text())
     assert sorted(sent) == sorted(e["prompt"] for e in data["evals"])
+
+
+def test_a_malformed_skill_stops_eval_with_one_line(tmp_path, repo_bundle, capsys):
+    skill_md = repo_bundle / "skills" / "nemo-mbridge-perf-megatron-fsdp" / "SKILL.md"
+    skill_md.write_text("no frontmatter here\n")
+    code = main(["eval", "--bundle", str(repo_bundle), "--model", f"replay:{REPO / 'evals' / 'calibration'}", "--out", str(tmp_path / "run")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err.startswith("mbskills: error: ") and f"{skill_md}:1: skill/frontmatter" in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "run").exists()
