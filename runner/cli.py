@@ -325,8 +325,15 @@ def cmd_show(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a bad argument is one line on stderr (argparse adds the usage)."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(EXIT_USAGE, f"mbskills: error: {self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="mbskills", description="Agent skills for Megatron-Bridge: validate them, check their claims against the pinned release, install and verify them.")
+    parser = _Parser(prog="mbskills", description="Agent skills for Megatron-Bridge: validate them, check their claims against the pinned release, install and verify them.")
     parser.add_argument("--version", action="version", version=f"mbskills {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 

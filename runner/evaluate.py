@@ -11,7 +11,7 @@ from pathlib import Path
 
 from . import __version__
 from .agent import Job, run_job
-from .cases import Case, load_cases
+from .cases import Case, read_evals
 from .conditions import CONDITIONS
 from .findings import LoadError, UsageError
 from .pricing import Price
@@ -24,13 +24,22 @@ IDENTITY_FIELDS = ("model", "max_turns", "bundle_fingerprint")
 
 
 def bundle_cases(bundle: Bundle) -> list[Case]:
-    files = [d / "evals" / "evals.json" for d in bundle.skill_dirs() if (d / "evals" / "evals.json").is_file()]
+    # A symlink that leads nowhere is an error to report, not a skill without cases.
+    files = [p for d in bundle.skill_dirs() if (p := d / "evals" / "evals.json").is_file() or p.is_symlink()]
     cases: list[Case] = []
+    seen: dict[str, Case] = {}
     for path in files + bundle.bundle_eval_files():
         try:
-            cases.extend(load_cases(path))
+            evals = read_evals(path)
         except LoadError as error:
             raise UsageError(f"{error.finding.format()} (run `mbskills validate` for every finding)") from None
+        if evals.findings:
+            raise UsageError(f"{evals.findings[0].format()} (run `mbskills validate` for every finding)")
+        for case in evals.cases:
+            if case.key in seen:
+                raise UsageError(f"{path}:{evals.case_line(case.index, 'id')}: evals/duplicate-id: case id {case.id!r} appears twice (records are keyed by it)")
+            seen[case.key] = case
+        cases.extend(evals.cases)
     return cases
 
 

@@ -45,6 +45,22 @@ def _shipped(root: Path) -> list[Path]:
     return out
 
 
+def _refuse_escapes(root: Path) -> None:
+    """A symlink inside a skill that leads out of it (or nowhere) would install a file the
+    skill does not own; refuse before anything is written."""
+    inside = root.resolve()
+    for path in sorted(root.rglob("*")):
+        relative = path.relative_to(root)
+        if not path.is_symlink() or any(p in LEFT_OUT_DIRS for p in relative.parts):
+            continue
+        try:
+            target = path.resolve(strict=True)
+        except (OSError, RuntimeError):
+            raise UsageError(f"{path}: a symlink that leads nowhere (or loops); fix or remove it before installing") from None
+        if not target.is_relative_to(inside):
+            raise UsageError(f"{path}: a symlink out of the skill (to {target}); install does not follow it")
+
+
 def _top_entries(root: Path) -> list[str]:
     return sorted(p.name for p in root.iterdir() if p.name not in LEFT_OUT_DIRS)
 
@@ -101,6 +117,8 @@ def install(bundle: Bundle, dest: Path, *, link: bool = False, force: bool = Fal
     skills = bundle.skill_dirs()
     if not skills:
         raise UsageError(f"{bundle.skills_dir}: no skills to install")
+    for skill in skills:
+        _refuse_escapes(skill)
 
     if not force:
         problems = []

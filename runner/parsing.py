@@ -22,7 +22,16 @@ from .findings import LoadError
 PathKey = tuple[Any, ...]
 
 
+MAX_INPUT_BYTES = 16 * 1024 * 1024  # no skill, card, eval or answer file is near this
+
+
 def read_text(path: Path) -> str:
+    try:
+        size = path.stat().st_size
+    except OSError as exc:
+        raise LoadError(path, 1, "file/unreadable", f"cannot read file: {exc.strerror or exc}") from None
+    if size > MAX_INPUT_BYTES:
+        raise LoadError(path, 1, "file/too-large", f"{size} bytes; input files over {MAX_INPUT_BYTES} bytes are refused")
     try:
         raw = path.read_bytes()
     except OSError as exc:

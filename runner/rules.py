@@ -3,6 +3,7 @@
 RULES: dict[str, str] = {
     "file/unreadable": "the file cannot be read",
     "file/encoding": "the file is not UTF-8",
+    "file/too-large": "the file is over 16 MiB (no skill, card, eval or answer file comes near)",
     "json/syntax": "the file is not valid JSON",
     "json/duplicate-key": "an object repeats a key (JSON parsers keep the last one silently)",
     "yaml/syntax": "the file (or SKILL.md frontmatter) is not valid YAML",

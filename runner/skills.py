@@ -75,7 +75,7 @@ class Bundle:
     def bundle_eval_files(self) -> list[Path]:
         if not self.evals_dir.is_dir():
             return []
-        return sorted(p for p in self.evals_dir.glob("*.json") if p.is_file())
+        return sorted(p for p in self.evals_dir.glob("*.json") if p.is_file() or p.is_symlink())
 
 
 def is_bundle(path: Path) -> bool:

@@ -14,14 +14,19 @@ It plays scripted models, chosen by the request's model name:
 Answers say which SKILL.md bodies reached the model (`saw-skill:<name>`, found by a line
 unique to each body), so tests can tell what was in context. `failures` is a queue of
 faults served to the next requests in order: "429" (retry-after-ms: 10),
-"429-no-header", "500", "503", "hang" (answers after `hang_s`).
+"429-no-header", "500", "503", "401", "hang" (answers after `hang_s`), "reset" (the
+connection is dropped), "truncated" (a 200 whose JSON body is cut in half), "badargs"
+(a tool call whose arguments are not JSON). With `fault_rate` > 0, each request
+draws a fault from `fault_kinds` with that probability instead (seeded, reproducible).
+Response and tool-call ids derive from the request body, so a rerun gets the same ids.
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
+import hashlib
 import json
+import random
 import re
 import threading
 from dataclasses import dataclass, field
@@ -58,11 +63,15 @@ class ModelServer:
     failures: list[str] = field(default_factory=list)
     requests: list[dict] = field(default_factory=list)
     verdicts: list[dict] = field(default_factory=list)
+    fault_rate: float = 0.0
+    fault_kinds: tuple[str, ...] = ("429", "429-no-header", "500", "503", "hang", "reset", "truncated")
+    seed: int = 0
+    faults_served: dict[str, int] = field(default_factory=dict)
     port: int = 0
 
     def __post_init__(self):
-        self._ids = itertools.count(1)
         self._lock = threading.Lock()
+        self._random = random.Random(self.seed)
 
     # -- scripts -------------------------------------------------------------------------
     def decide(self, model: str, seen: Seen) -> tuple[str, list[tuple[str, dict]]]:
@@ -150,11 +159,15 @@ class ModelServer:
         system = body.get("system") or ""
         return Seen(self._text(system), prompt, [t["name"] for t in body.get("tools") or ()], calls, results)
 
+    @staticmethod
+    def _id(body: dict) -> str:
+        return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:10]
+
     def _usage(self, body: dict, text: str) -> tuple[int, int]:
         return len(json.dumps(body)) // 4, max(1, len(text) // 4)
 
     def _chat(self, body, text, calls):
-        n = next(self._ids)
+        n = self._id(body)
         tin, tout = self._usage(body, text)
         message = {"role": "assistant", "content": text or None}
         if calls:
@@ -166,7 +179,7 @@ class ModelServer:
         }
 
     def _responses(self, body, text, calls):
-        n = next(self._ids)
+        n = self._id(body)
         tin, tout = self._usage(body, text)
         output = [{"type": "function_call", "id": f"fc_{n}_{i}", "call_id": f"call_{n}_{i}", "name": name, "arguments": json.dumps(args), "status": "completed"} for i, (name, args) in enumerate(calls)]
         if text:
@@ -179,7 +192,7 @@ class ModelServer:
         }
 
     def _anthropic(self, body, text, calls):
-        n = next(self._ids)
+        n = self._id(body)
         tin, tout = self._usage(body, text)
         content = ([{"type": "text", "text": text}] if text else []) + [{"type": "tool_use", "id": f"toolu_{n}_{i}", "name": name, "input": args} for i, (name, args) in enumerate(calls)]
         return {
@@ -189,11 +202,23 @@ class ModelServer:
         }
 
     # -- HTTP ----------------------------------------------------------------------------
-    async def _fault(self) -> web.Response | None:
+    def _next_fault(self) -> str | None:
         with self._lock:
-            fault = self.failures.pop(0) if self.failures else None
-        if fault is None:
+            if self.failures:
+                fault = self.failures.pop(0)
+            elif self.fault_rate and self._random.random() < self.fault_rate:
+                fault = self._random.choice(self.fault_kinds)
+            else:
+                return None
+            self.faults_served[fault] = self.faults_served.get(fault, 0) + 1
+            return fault
+
+    async def _fault(self, fault: str | None, request: web.Request) -> web.StreamResponse | None:
+        if fault is None or fault in ("truncated", "badargs"):
             return None
+        if fault == "reset":
+            request.transport.abort()
+            raise ConnectionResetError("scripted reset")
         if fault == "hang":
             await asyncio.sleep(self.hang_s)
             return None
@@ -209,7 +234,8 @@ class ModelServer:
             body = await request.json()
             with self._lock:
                 self.requests.append({"path": request.path, "kind": kind, "body": body, "headers": dict(request.headers)})
-            failed = await self._fault()
+            fault = self._next_fault()
+            failed = await self._fault(fault, request)
             if failed is not None:
                 return failed
             if self.latency_s:
@@ -220,7 +246,13 @@ class ModelServer:
                 text, calls = self.judge(body["model"], seen.prompt), []
             else:
                 text, calls = self.decide(body["model"], seen)
-            return web.json_response({"chat": self._chat, "responses": self._responses, "anthropic": self._anthropic}[kind](body, text, calls))
+            payload = {"chat": self._chat, "responses": self._responses, "anthropic": self._anthropic}[kind](body, text, calls)
+            if fault == "badargs":
+                payload = json.loads(json.dumps(payload).replace('"arguments": "{', '"arguments": "{oops '))  # Anthropic inputs are objects: no such fault there
+            if fault == "truncated":
+                raw = json.dumps(payload).encode()
+                return web.Response(body=raw[: len(raw) // 2], content_type="application/json")
+            return web.json_response(payload)
 
         return handle
 

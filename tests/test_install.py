@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -10,6 +12,8 @@ import pytest
 from runner.findings import UsageError
 from runner.install import MANIFEST, install, verify
 from runner.skills import Bundle
+
+from conftest import REPO
 
 
 def test_copy_leaves_out_evals_and_records_hashes(good_bundle: Path, tmp_path: Path):
@@ -97,3 +101,25 @@ def test_verify_without_manifest_or_with_a_broken_one(tmp_path: Path):
         verify(tmp_path)
     with pytest.raises(UsageError, match="not a directory"):
         verify(tmp_path / "absent")
+
+
+@pytest.mark.parametrize("kind", ["outside", "dangling", "loop"])
+def test_install_refuses_a_symlink_out_of_the_skill(tmp_path: Path, kind: str):
+    from runner.cli import main
+
+    bundle = tmp_path / "bundle"
+    shutil.copytree(REPO / "skills", bundle / "skills", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copyfile(REPO / "card.yaml", bundle / "card.yaml")
+    secret = tmp_path / "secret.txt"
+    secret.write_text("not the skill's")
+    link = bundle / "skills" / "nemo-mbridge-perf-megatron-fsdp" / "scripts" / "extra.txt"
+    if kind == "outside":
+        os.symlink(secret, link)
+    elif kind == "dangling":
+        os.symlink(tmp_path / "gone.txt", link)
+    else:
+        os.symlink(link, link)
+    dest = tmp_path / "dest"
+    for mode in ([], ["--link"]):
+        assert main(["install", str(dest), "--bundle", str(bundle), *mode]) == 2
+        assert not dest.exists() or not any(dest.iterdir())

@@ -109,7 +109,7 @@ def test_unreadable_file_is_a_finding(good_bundle: Path, monkeypatch):
 
 
 # Rules covered here rather than by a file in tests/fixtures/bad/.
-COVERED_BY_TESTS = {"checks/schema", "checks/unknown-case", "checks/unknown-behaviour", "checks/regex", "calibration/labels", "bundle/card-missing", "bundle/empty", "bundle/unlisted-skill", "skill/missing", "card/missing", "evals/missing", "skill/spec", "skill/duplicate-claim", "file/unreadable"}
+COVERED_BY_TESTS = {"file/too-large", "checks/schema", "checks/unknown-case", "checks/unknown-behaviour", "checks/regex", "calibration/labels", "bundle/card-missing", "bundle/empty", "bundle/unlisted-skill", "skill/missing", "card/missing", "evals/missing", "skill/spec", "skill/duplicate-claim", "file/unreadable"}
 
 
 def test_every_rule_has_a_failing_fixture():
@@ -139,3 +139,11 @@ def test_sidecar_and_calibration_findings(good_bundle: Path, where, text, rule, 
     target.write_text(text)
     findings = validate_path(good_bundle)
     assert [(f.rule, f.line, Path(f.path).name) for f in findings] == [(rule, line, target.name)]
+
+
+def test_a_huge_file_is_refused_before_it_is_read(good_bundle: Path):
+    evals = good_bundle / "evals" / "routing.json"
+    with open(evals, "ab") as handle:
+        handle.truncate(17 * 1024 * 1024)
+    findings = validate_path(good_bundle)
+    assert [(f.rule, Path(f.path).name) for f in findings] == [("file/too-large", "routing.json")]

@@ -3,7 +3,9 @@
 Both SDKs already retry 408/409/429/5xx, connection errors and timeouts with backoff that
 honours `Retry-After` (up to their own cap). When a 429 outlasts those retries, this layer
 waits again as the server asks, for a bounded number of extra rounds: a long eval run
-should slow down under a rate limit, not turn it into error records.
+should slow down under a rate limit, not turn it into error records. A 200 whose body is
+not the JSON it should be (cut off by a proxy, say) is not retried by the SDKs; it gets a
+couple of rounds here too.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from .base import ProviderError
 T = TypeVar("T")
 MAX_WAIT_S = 300.0
 FATAL_STATUS = {401: "auth", 403: "permission", 404: "not_found"}
+PROTOCOL_ROUNDS = 2
 
 
 def redact(text: str, secrets: tuple[str, ...]) -> str:
@@ -78,12 +81,16 @@ async def with_rate_limit_patience(
     secrets: tuple[str, ...] = (),
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
 ) -> T:
-    rounds = 0
+    rounds = garbled = 0
     while True:
         try:
             return await call()
         except Exception as exc:  # SDK errors of every kind end up classified
             error = classify(exc, secrets)
+            if error.kind == "protocol" and garbled < PROTOCOL_ROUNDS:
+                garbled += 1
+                await sleep(0.25 * garbled)
+                continue
             if error.kind != "rate_limit" or rounds >= extra_rounds:
                 raise error from None
             wait = retry_after_s(exc)
