@@ -11,6 +11,8 @@ It plays scripted models, chosen by the request's model name:
               has none; `correct` likewise for the reference answer's identifiers.
               Every verdict is kept in `verdicts`.
   judge-text  a judge that replies in prose instead of JSON
+  prober      an adversarial model: one read_skill_file call per turn for each path in
+              `probe_paths`, then an answer
 Answers say which SKILL.md bodies reached the model (`saw-skill:<name>`, found by a line
 unique to each body), so tests can tell what was in context. `failures` is a queue of
 faults served to the next requests in order: "429" (retry-after-ms: 10),
@@ -67,6 +69,7 @@ class ModelServer:
     fault_kinds: tuple[str, ...] = ("429", "429-no-header", "500", "503", "hang", "reset", "truncated")
     seed: int = 0
     faults_served: dict[str, int] = field(default_factory=dict)
+    probe_paths: list[str] = field(default_factory=list)
     port: int = 0
 
     def __post_init__(self):
@@ -85,6 +88,10 @@ class ModelServer:
                 return "", [(ACTIVATE, {"name": case.expected_skill})]
             if case.expected_script and READ not in seen.calls:
                 return "", [(READ, {"name": case.expected_skill, "path": case.expected_script})]
+        if can_use and model == "prober":
+            tried = seen.calls.count(READ)
+            if tried < len(self.probe_paths):
+                return "", [(READ, {"name": sorted(self.markers)[0], "path": self.probe_paths[tried]})]
         if can_use and model == "wrong" and ACTIVATE not in seen.calls:
             other = next(s for s in sorted(self.markers) if s != case.expected_skill)
             return "Let me look at a skill first.", [(ACTIVATE, {"name": other})]
@@ -224,6 +231,9 @@ class ModelServer:
             return None
         if fault == "429":
             return web.json_response({"error": {"type": "rate_limit_error", "message": "slow down"}}, status=429, headers={"retry-after-ms": "10"})
+        if fault == "401-echo":  # like a real API, quote (part of) the key back
+            key = request.headers.get("Authorization", "").removeprefix("Bearer ") or request.headers.get("X-Api-Key", "")
+            return web.json_response({"error": {"type": "invalid_api_key", "message": f"Incorrect API key provided: {key}"}}, status=401)
         if fault == "429-no-header":
             return web.json_response({"error": {"type": "rate_limit_error", "message": "slow down"}}, status=429)
         status = int(fault)
