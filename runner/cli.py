@@ -430,7 +430,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as done:  # --help, --version, or a bad argument (already reported)
+        return int(done.code or 0)
     try:
         return args.func(args)
     except UsageError as error:

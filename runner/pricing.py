@@ -8,7 +8,8 @@ from pathlib import Path
 
 import yaml
 
-from .findings import UsageError
+from .findings import LoadError, UsageError
+from .parsing import load_yaml
 from .providers.base import Usage
 
 
@@ -46,9 +47,9 @@ class PriceTable:
         self.prices = _entries(yaml.safe_load(text), "runner/data/pricing.yaml")
         if extra is not None:
             try:
-                data = yaml.safe_load(extra.read_text())
-            except (OSError, yaml.YAMLError) as exc:
-                raise UsageError(f"{extra}: cannot read the pricing file ({exc})") from None
+                data = load_yaml(extra).data
+            except LoadError as error:
+                raise UsageError(f"{error.finding.format()} (cannot read the pricing file)") from None
             self.prices = _entries(data, str(extra)) + self.prices  # the user's entries win
 
     def lookup(self, provider: str, model: str) -> Price | None:
