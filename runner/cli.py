@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -59,6 +60,29 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return EXIT_FINDINGS if differences else EXIT_OK
 
 
+def _cards_writable(bundle, skills: list[str] | None) -> None:
+    """Before half a minute of claim checks: every card to update must be a mapping with a
+    `claims` list of mappings that carry an `id`."""
+    from .parsing import load_yaml
+    from .skills import CARD_FILE
+
+    for root in bundle.skill_dirs():
+        if skills and root.name not in skills:
+            continue
+        path = root / CARD_FILE
+        if not path.is_file():
+            raise UsageError(f"{path}: no card to write the results into")
+        located = load_yaml(path)  # LoadError: one line with file and line
+        for key, line in located.duplicates:
+            raise UsageError(f"{path}:{line}: yaml/duplicate-key: key {key!r} appears twice; the rewrite would drop one")
+        claims = located.data.get("claims") if isinstance(located.data, dict) else None
+        if not isinstance(claims, list):
+            raise UsageError(f"{path}:{located.line()}: card/schema: expected a mapping with a 'claims' list (run `mbskills validate`)")
+        for index, entry in enumerate(claims):
+            if not isinstance(entry, dict) or not isinstance(entry.get("id"), str):
+                raise UsageError(f"{path}:{located.line(('claims', index))}: card/schema: claims[{index}] needs an 'id' (run `mbskills validate`)")
+
+
 def cmd_check(args: argparse.Namespace) -> int:
     import time
 
@@ -66,6 +90,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     unknown = set(args.skill or ()) - bundle.skill_names()
     if unknown:
         raise UsageError(f"no such skill in {bundle.root}: {', '.join(sorted(unknown))}")
+    if args.write_cards:
+        _cards_writable(bundle, args.skill)
     start = time.perf_counter()
     from .claims.run import PASSED, format_table, run_checks, write_cards, write_reports
     from .claims.environment import versions
@@ -283,7 +309,9 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     if args.out:
         out = Path(args.out)
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(result, indent=2) + "\n")
+        temporary = out.with_name(out.name + ".tmp")
+        temporary.write_text(json.dumps(result, indent=2) + "\n")
+        os.replace(temporary, out)
         print(f"wrote {out}", file=sys.stderr)
     if result["judge_errors"]:
         return EXIT_HARNESS
@@ -446,8 +474,6 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         # `mbskills show RUN | head`: the reader left; say nothing more.
-        import os
-
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_FINDINGS
 
@@ -458,7 +484,6 @@ def entry() -> None:
     code = main()
     if "torch" in sys.modules:
         import logging
-        import os
 
         logging.shutdown()
         sys.stdout.flush()

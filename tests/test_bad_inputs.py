@@ -18,7 +18,7 @@ from runner.cli import main
 from conftest import REPO
 
 FSDP = "skills/nemo-mbridge-perf-megatron-fsdp"
-SKILL_MD, EVALS, CHECKS = f"{FSDP}/SKILL.md", f"{FSDP}/evals/evals.json", f"{FSDP}/evals/checks.yaml"
+SKILL_MD, EVALS, CHECKS, CARD = f"{FSDP}/SKILL.md", f"{FSDP}/evals/evals.json", f"{FSDP}/evals/checks.yaml", f"{FSDP}/card.yaml"
 ANSWER = "evals/calibration/nemo-mbridge-perf-megatron-fsdp/fsdp-minimal-override.md"
 BAD_ANSWER = "evals/calibration/nemo-mbridge-perf-megatron-fsdp/fsdp-minimal-override.bad-1.md"
 HUGE = 17 * 1024 * 1024
@@ -29,7 +29,7 @@ CASE = {"id": "c1", "question": "q?", "expected_skill": None, "expected_script":
 @dataclass(frozen=True)
 class Bad:
     id: str
-    command: str  # eval | grade | calibrate | show | args
+    command: str  # eval | grade | calibrate | show | check | args
     place: str | None  # file in the bundle copy (or run dir for show/grade run files)
     content: object  # bytes, or LOOP / DIRECTORY / DELETE, or CLI arguments for `args`
     expect: str
@@ -94,6 +94,13 @@ CORPUS = [
     Bad("run-json-not-json", "grade", "RUN/run.json", b"{", "run.json:1: not JSON"),
     Bad("records-damaged-line", "show", "RUN/records.jsonl", b'{"key": "a"}\nnot json\n{"key": "b"}\n', "records.jsonl:2: not a run record"),
     Bad("run-json-missing", "show", "RUN/run.json", DELETE, "not a run directory (no run.json)"),
+    # skill cards, read by check --write-cards before any claim runs
+    Bad("card-bad-yaml", "check", CARD, b"title: [x\n", "yaml/syntax"),
+    Bad("card-not-a-mapping", "check", CARD, b"- a\n- b\n", "expected a mapping with a 'claims' list", 1),
+    Bad("card-claims-not-a-list", "check", CARD, b"title: t\nclaims: all verified\n", "expected a mapping with a 'claims' list"),
+    Bad("card-claim-without-id", "check", CARD, b"title: t\nclaims:\n  - status: unchecked\n", "claims[0] needs an 'id'", 3),
+    Bad("card-non-utf8", "check", CARD, b"title: \xff\n", "file/encoding", 1),
+    Bad("card-duplicate-key", "check", CARD, b"title: a\ntitle: b\nclaims: []\n", "yaml/duplicate-key", 2),
     # command-line arguments
     Bad("args-trials-not-a-number", "args", None, ["--trials", "abc"], "argument --trials: invalid int value: 'abc'"),
     Bad("args-jobs-zero", "args", None, ["-j", "0"], "-j must be at least 1"),
@@ -154,6 +161,8 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(tmp_path, repo_bundle,
             args = ["eval", "--bundle", str(repo_bundle), "--out", str(out), *bad.content]
     elif bad.command == "grade":
         args = ["grade", str(run), "--bundle", str(repo_bundle)]
+    elif bad.command == "check":
+        args = ["check", "--bundle", str(repo_bundle), "--write-cards", "--out", str(out)]
     elif bad.command == "calibrate":
         args = ["calibrate", "--bundle", str(repo_bundle), "--out", str(out / "calibration.json")]
     else:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime as dt
 import fnmatch
 import json
+import os
 import time
 import traceback
 import xml.etree.ElementTree as ET
@@ -145,7 +146,9 @@ def write_cards(bundle: Bundle, results: list[ClaimResult], versions: dict[str, 
             if result.status != PASSED:
                 record["message"] = result.message
             entry["checked"] = record
-        with path.open("w", encoding="utf-8") as handle:
+        temporary = path.with_name(path.name + ".tmp")
+        with temporary.open("w", encoding="utf-8") as handle:
             yaml.dump(card, handle)
+        os.replace(temporary, path)  # a card is never left half-written
         written.append(path)
     return written
