@@ -41,7 +41,7 @@ async def run_job(job: Job, provider: Provider, cache, skills: list[Skill], *, m
     fatal one (bad key, unknown model), which is raised to stop the run."""
     case = job.case
     plan = setup(job.condition, case, skills)
-    tools = SkillTools(skills)
+    tools = SkillTools(skills, offered=[t.name for t in plan.tools])
     situation = Situation(case.key, job.condition, job.trial)
     messages: list[dict] = [{"role": "user", "content": case.prompt}]
     turns: list[dict] = []

@@ -66,8 +66,10 @@ def visible_files(skill: Skill) -> list[str]:
 
 
 class SkillTools:
-    def __init__(self, skills: list[Skill]):
+    def __init__(self, skills: list[Skill], offered: list[str] | None = None):
         self.skills = {skill.name: skill for skill in skills}
+        # Under baseline and inline no tool is offered; a call anyway must not leak a skill.
+        self.offered = {ACTIVATE.name, READ.name} if offered is None else set(offered)
         self.activated: list[str] = []
         self.files_read: list[str] = []
 
@@ -122,6 +124,8 @@ class SkillTools:
         """(content, is_error) for one tool call."""
         arguments = call.arguments
         try:
+            if call.name not in self.offered:
+                raise ToolFailure(f"unknown tool {call.name!r}")
             if arguments is None:
                 raise ToolFailure("arguments are not a JSON object")
             if call.name == ACTIVATE.name:

@@ -97,3 +97,9 @@ def test_bad_calls_are_tool_errors(tools):
     assert tools.run(ToolCall("c", "activate_skill", "{not json")) == ("error: arguments are not a JSON object", True)
     assert tools.run(ToolCall("c", "activate_skill", "[1, 2]")) == ("error: arguments are not a JSON object", True)
     assert tools.activated == []
+
+
+def test_tools_not_offered_are_unknown(repo_bundle):
+    tools = SkillTools([load_skill(d) for d in Bundle(repo_bundle).skill_dirs()], offered=[])
+    assert call(tools, "activate_skill", name=FSDP) == ("error: unknown tool 'activate_skill'", True)
+    assert tools.activated == []
