@@ -175,6 +175,28 @@ def _judge(args: argparse.Namespace):
     return Judge(provider, cache), cache
 
 
+def _with_judge(args: argparse.Namespace, judge, cache, work):
+    """Run the coroutine `work()` makes, then close the judge's client and the cache; a
+    fatal judge error (bad key, unknown model) is unusable input."""
+    import asyncio
+
+    from .providers import ProviderError
+
+    async def go():
+        try:
+            return await work()
+        finally:
+            if judge:
+                await judge.provider.aclose()
+
+    try:
+        return asyncio.run(go())
+    except ProviderError as fatal:
+        raise UsageError(f"judge {args.judge}: {fatal}") from None
+    finally:
+        cache.close()
+
+
 def _number(text: str, option: str) -> float:
     try:
         return float(text)
@@ -204,12 +226,9 @@ def _cases_and_checks(bundle):
 
 
 def cmd_grade(args: argparse.Namespace) -> int:
-    import asyncio
-
     from . import aggregate
     from .evaluate import fingerprint
     from .grading import grade_records
-    from .providers import ProviderError
     from .report import gates, write_all
     from .rundir import load_run
     from .skills import load_skill
@@ -230,19 +249,7 @@ def cmd_grade(args: argparse.Namespace) -> int:
     if judge and judge.identity["provider"] == model["provider"] and judge.identity["model"] == model["model"]:
         print(f"mbskills: warning: the judge {args.judge} is the model under test; its verdicts may favour its own answers", file=sys.stderr)
 
-    async def go():
-        try:
-            return await grade_records(records, by_key, [s.name for s in skills], checks, judge, jobs=args.jobs)
-        finally:
-            if judge:
-                await judge.provider.aclose()
-
-    try:
-        grades = asyncio.run(go())
-    except ProviderError as fatal:
-        raise UsageError(f"judge {args.judge}: {fatal}") from None
-    finally:
-        cache.close()
+    grades = _with_judge(args, judge, cache, lambda: grade_records(records, by_key, [s.name for s in skills], checks, judge, jobs=args.jobs))
     now = fingerprint(skills, [c for c in cases if c.key in {r['case'] for r in records}])
     report = aggregate.build(info, grades, skill_names=[s.name for s in skills], judge=judge.describe() if judge else None, fingerprint_now=now, checks_cases=len(checks), resamples=args.resamples, seed=args.seed)
     paths = write_all(run, report, grades)
@@ -267,10 +274,7 @@ def cmd_grade(args: argparse.Namespace) -> int:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    import asyncio
-
     from .calibrate import calibrate, require_labels
-    from .providers import ProviderError
     from .skills import load_skill
 
     bundle = _bundle(args)
@@ -279,19 +283,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     skills = [load_skill(d).name for d in bundle.skill_dirs()]
     judge, cache = _judge(args)
 
-    async def go():
-        try:
-            return await calibrate(labelled, skills, checks, judge, jobs=args.jobs)
-        finally:
-            if judge:
-                await judge.provider.aclose()
-
-    try:
-        result = asyncio.run(go())
-    except ProviderError as fatal:
-        raise UsageError(f"judge {args.judge}: {fatal}") from None
-    finally:
-        cache.close()
+    result = _with_judge(args, judge, cache, lambda: calibrate(labelled, skills, checks, judge, jobs=args.jobs))
 
     def line(name: str, score: dict | None) -> str:
         if not score or not score["items"]:

@@ -68,3 +68,17 @@ def repo_bundle(tmp_path: Path) -> Path:
 
 def python() -> str:
     return sys.executable
+
+
+SENTINEL_KEY = "sk-test-SENTINEL-0123456789abcdef"
+
+
+@pytest.fixture
+def sentinel_keys(monkeypatch) -> str:
+    """Both SDKs' keys set to a sentinel (tests search written files for it), and no
+    base URL or CI flag inherited from the environment."""
+    monkeypatch.setenv("OPENAI_API_KEY", SENTINEL_KEY)
+    monkeypatch.setenv("ANTHROPIC_API_KEY", SENTINEL_KEY)
+    for name in ("OPENAI_BASE_URL", "ANTHROPIC_BASE_URL", "CI"):
+        monkeypatch.delenv(name, raising=False)
+    return SENTINEL_KEY

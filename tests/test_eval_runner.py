@@ -19,14 +19,14 @@ from runner.evaluate import bundle_cases
 from runner.rundir import RunDir
 from runner.skills import Bundle
 
-from conftest import REPO
+from conftest import REPO, SENTINEL_KEY
 
 MARKERS = {
     "nemo-mbridge-perf-megatron-fsdp": "# Megatron FSDP in Megatron-Bridge",
     "nemo-mbridge-perf-tp-dp-comm-overlap": "# TP, DP and PP communication overlap in Megatron-Bridge",
 }
 CASES = bundle_cases(Bundle(REPO))
-KEY = "sk-test-SENTINEL-0123456789abcdef"
+KEY = SENTINEL_KEY
 FORMATS = {
     "chat": lambda s: ["--model", "openai:{m}", "--base-url", s.openai_url],
     "responses": lambda s: ["--model", "openai:{m}", "--base-url", s.openai_url, "--api", "responses"],
@@ -42,11 +42,8 @@ def server():
 
 
 @pytest.fixture(autouse=True)
-def keys(monkeypatch):
-    monkeypatch.setenv("OPENAI_API_KEY", KEY)
-    monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
-    for name in ("OPENAI_BASE_URL", "ANTHROPIC_BASE_URL", "CI"):
-        monkeypatch.delenv(name, raising=False)
+def keys(sentinel_keys):
+    return sentinel_keys
 
 
 def model_args(server: ModelServer, fmt: str, model: str) -> list[str]:

@@ -20,14 +20,14 @@ from runner.evaluate import bundle_cases
 from runner.rundir import read_records
 from runner.skills import Bundle
 
-from conftest import REPO
+from conftest import REPO, SENTINEL_KEY
 
 MARKERS = {
     "nemo-mbridge-perf-megatron-fsdp": "# Megatron FSDP in Megatron-Bridge",
     "nemo-mbridge-perf-tp-dp-comm-overlap": "# TP, DP and PP communication overlap in Megatron-Bridge",
 }
 CASES = bundle_cases(Bundle(REPO))
-KEY = "sk-test-NEVER-WRITE-ME-5f3c9a1e7b"
+KEY = SENTINEL_KEY
 CONTENT = ("key", "status", "answer", "messages", "activated_skills", "files_read", "usage", "finish")
 
 
@@ -37,11 +37,8 @@ def serve(bundle: Path = REPO, **options) -> ModelServer:
 
 
 @pytest.fixture(autouse=True)
-def keys(monkeypatch):
-    monkeypatch.setenv("OPENAI_API_KEY", KEY)
-    monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
-    for name in ("OPENAI_BASE_URL", "ANTHROPIC_BASE_URL", "CI"):
-        monkeypatch.delenv(name, raising=False)
+def keys(sentinel_keys):
+    return sentinel_keys
 
 
 def lines(path: Path) -> list[str]:
