@@ -76,6 +76,8 @@ def mutate(path: Path, old: str, new: str) -> None:
         (OVERLAP, "`bucket_size =\n134217728`", "`bucket_size =\n67108864`", "overlap-dp-defaults"),
         # the override block's VPP: PP overlap no longer derived
         (OVERLAP, "cfg.model.virtual_pipeline_model_parallel_size = 2\n", "cfg.model.virtual_pipeline_model_parallel_size = None\n", "overlap-enable-override"),
+        # the precision snippet that skips resolving the preset name: AttributeError on a recipe config
+        (OVERLAP, "cfg.mixed_precision = get_mixed_precision_config(cfg.mixed_precision)  # name -> MixedPrecisionConfig\n", "", "overlap-precision-knobs"),
         # a code anchor that does not exist
         (OVERLAP, "`megatron.bridge.training.comm_overlap.HAVE_TE`", "`megatron.bridge.training.comm_overlap.HAVE_TRANSFORMER_ENGINE`", "overlap-code-anchors"),
     ],
