@@ -14,7 +14,6 @@ import os
 from pathlib import Path
 from .findings import UsageError
 
-FORMAT = 1
 RUN_FILE, RECORDS_FILE, LOCK_FILE = "run.json", "records.jsonl", ".lock"
 
 

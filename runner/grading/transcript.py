@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import re
 
-NONE = "none"
 # "Read the X skill before answering", "Activates the Megatron FSDP skill", "Uses the ... skill"
 POSITIVE = re.compile(r"^(?:reads?|loads?|activates?|uses?|consults?|opens?)\b.*\bskill\b", re.IGNORECASE)
 # "Does not activate any skill", "Doesn't load the X skill"
