@@ -64,6 +64,13 @@ class ResponseCache:
         self.db.close()
 
 
+def open_cache(path: str | None, disabled: bool, provider) -> "ResponseCache | NoCache":
+    """The cache a command asked for; providers that answer locally (replay) get none."""
+    if disabled or not provider.cacheable:
+        return NoCache()
+    return ResponseCache(Path(path) if path else default_path())
+
+
 class NoCache:
     path = None
     hits = stores = 0

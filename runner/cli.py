@@ -113,7 +113,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 def cmd_eval(args: argparse.Namespace) -> int:
     import asyncio
 
-    from .cache import NoCache, ResponseCache, default_path
+    from .cache import open_cache
     from .evaluate import Plan, bundle_cases, run_plan, select_cases
     from .pricing import PriceTable
     from .progress import make_progress
@@ -137,7 +137,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     provider = open_provider(args.model, settings, transport, api=args.api, base_url=args.base_url)
     identity = provider.identity()
     price = prices.lookup("openai-compatible" if identity["provider"] == "openai" and identity["base_url"] else identity["provider"], provider.model)
-    cache = NoCache() if args.no_cache or not provider.cacheable else ResponseCache(Path(args.cache) if args.cache else default_path())
+    cache = open_cache(args.cache, args.no_cache, provider)
     out = RunDir(Path(args.out))
 
     async def go():
@@ -163,7 +163,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 def _judge(args: argparse.Namespace):
     """(Judge or None, cache) from --judge and its options."""
-    from .cache import NoCache, ResponseCache, default_path
+    from .cache import NoCache, open_cache
     from .grading.judge import Judge
     from .providers import Settings, Transport, open_provider
 
@@ -171,7 +171,7 @@ def _judge(args: argparse.Namespace):
         return None, NoCache()
     temperature = None if args.judge_temperature == "omit" else _number(args.judge_temperature, "--judge-temperature")
     provider = open_provider(args.judge, Settings(temperature, args.judge_max_tokens), Transport(args.timeout, args.max_retries), api=args.judge_api, base_url=args.judge_base_url)
-    cache = NoCache() if args.no_cache or not provider.cacheable else ResponseCache(Path(args.cache) if args.cache else default_path())
+    cache = open_cache(args.cache, args.no_cache, provider)
     return Judge(provider, cache), cache
 
 
@@ -250,7 +250,8 @@ def cmd_grade(args: argparse.Namespace) -> int:
         print(f"mbskills: warning: the judge {args.judge} is the model under test; its verdicts may favour its own answers", file=sys.stderr)
 
     grades = _with_judge(args, judge, cache, lambda: grade_records(records, by_key, [s.name for s in skills], checks, judge, jobs=args.jobs))
-    now = fingerprint(skills, [c for c in cases if c.key in {r['case'] for r in records}])
+    ran = {r["case"] for r in records}
+    now = fingerprint(skills, [c for c in cases if c.key in ran])
     report = aggregate.build(info, grades, skill_names=[s.name for s in skills], judge=judge.describe() if judge else None, fingerprint_now=now, checks_cases=len(checks), resamples=args.resamples, seed=args.seed)
     paths = write_all(run, report, grades)
     overall = report["overall"]
@@ -274,6 +275,7 @@ def cmd_grade(args: argparse.Namespace) -> int:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
+    from .atomic import write_atomic
     from .calibrate import calibrate, require_labels
     from .skills import load_skill
 
@@ -301,9 +303,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     if args.out:
         out = Path(args.out)
         out.parent.mkdir(parents=True, exist_ok=True)
-        temporary = out.with_name(out.name + ".tmp")
-        temporary.write_text(json.dumps(result, indent=2) + "\n")
-        os.replace(temporary, out)
+        write_atomic(out, json.dumps(result, indent=2) + "\n")
         print(f"wrote {out}", file=sys.stderr)
     if result["judge_errors"]:
         return EXIT_HARNESS

@@ -7,7 +7,6 @@ import asyncio
 import fnmatch
 import hashlib
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from . import __version__
 from .agent import Job, run_job

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import __version__
+from .atomic import write_atomic
 from .findings import UsageError
 from .skills import Bundle
 
@@ -141,9 +142,7 @@ def install(bundle: Bundle, dest: Path, *, link: bool = False, force: bool = Fal
         result.files += len(entry["files"])
 
     manifest.update(tool="mbskills", tool_version=__version__, bundle_root=str(bundle.root), installed_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
-    tmp = dest / f"{MANIFEST}.tmp-{os.getpid()}"
-    tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n", "utf-8")
-    os.replace(tmp, dest / MANIFEST)
+    write_atomic(dest / MANIFEST, json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     return result
 
 

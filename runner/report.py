@@ -4,11 +4,11 @@ directory, and the CI gates."""
 from __future__ import annotations
 
 import json
-import os
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from .aggregate import BASE
+from .atomic import write_atomic
 
 DIMENSIONS = (
     ("pass_rate", "pass rate (every verdict passes)", "rate"),
@@ -167,12 +167,6 @@ def gates(report: dict, *, fail_under_uplift: float | None, fail_under_pass: flo
     return failed
 
 
-def _atomic(path: Path, text: str) -> None:
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(text)
-    os.replace(temporary, path)
-
-
 def write_all(out: Path, report: dict, grades: list[dict]) -> list[Path]:
     from .report_html import render
 
@@ -185,6 +179,6 @@ def write_all(out: Path, report: dict, grades: list[dict]) -> list[Path]:
     }
     written = []
     for name, text in paths.items():
-        _atomic(out / name, text)
+        write_atomic(out / name, text)
         written.append(out / name)
     return written

@@ -12,6 +12,7 @@ import fcntl
 import json
 import os
 from pathlib import Path
+from .atomic import write_atomic
 from .findings import UsageError
 
 RUN_FILE, RECORDS_FILE, LOCK_FILE = "run.json", "records.jsonl", ".lock"
@@ -90,21 +91,13 @@ class RunDir:
                     raise UsageError(f"{self.path}: made by a different command ({field}: {json.dumps(previous.get(field))} there, {json.dumps(run_info.get(field))} now); use another --out")
         elif set(os.listdir(self.path)) - {LOCK_FILE}:
             raise UsageError(f"{self.path}: not empty and not a run directory; choose another --out")
-        self._write_atomic(run_file, json.dumps(run_info, indent=2) + "\n")
+        write_atomic(run_file, json.dumps(run_info, indent=2) + "\n")
         records, truncated = read_records(self.records_path)
         kept = {r["key"]: r for r in records if r.get("status") == "ok"}
         if truncated or len(kept) != len(records):
-            self._write_atomic(self.records_path, "".join(json.dumps(r) + "\n" for r in kept.values()))
+            write_atomic(self.records_path, "".join(json.dumps(r) + "\n" for r in kept.values()))
         self._records_fd = os.open(self.records_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         return kept
-
-    def _write_atomic(self, path: Path, text: str) -> None:
-        temporary = path.with_name(path.name + ".tmp")
-        with open(temporary, "w") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, path)
 
     def append(self, record: dict) -> None:
         # One write() of one whole line on an O_APPEND descriptor: a kill leaves either

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import html
 import os
-from pathlib import Path
 
 from .providers.base import Tool, ToolCall
 from .skills import Skill

@@ -408,15 +408,20 @@ def test_out_under_a_file_and_a_broken_evals_file_are_one_line_errors(tmp_path, 
 
 
 def test_agentskills_format_cases_in_the_bundle_run_too(tmp_path, server, repo_bundle):
-    import shutil
-
-    from conftest import SHARED_FORMATS
-
-    shutil.copyfile(SHARED_FORMATS / "agentskills-format.evals.json", repo_bundle / "evals" / "more.json")
+    agentskills = {
+        "skill_name": "nemo-mbridge-perf-megatron-fsdp",
+        "evals": [
+            {"id": 1, "prompt": "Shard parameters too?", "expected_output": "use_megatron_fsdp", "assertions": ["Names use_megatron_fsdp."]},
+            {"id": "two", "prompt": "Which checkpoint format?", "expectations": [{"name": "format", "text": "Answers fsdp_dtensor."}]},
+            {"id": 3, "prompt": "Convert a HF checkpoint?", "should_trigger": False, "assertions": []},
+        ],
+    }
+    (repo_bundle / "evals" / "more.json").write_text(json.dumps(agentskills))
     args = ["eval", "--bundle", str(repo_bundle), "--model", "openai:plain", "--base-url", server.openai_url, "--conditions", "baseline", "--case", "more/*", "--out", str(tmp_path / "run"), "--no-cache"]
     assert main(args) == 0
     recs = records(tmp_path)
-    assert len(recs) == 6 and {r["owner"] for r in recs} == {"more"}
+    assert len(recs) == 3 and {r["owner"] for r in recs} == {"more"}
+    assert {r["case_id"]: r["expected_skill"] for r in recs} == {1: "nemo-mbridge-perf-megatron-fsdp", "two": "nemo-mbridge-perf-megatron-fsdp", 3: None}
     sent = [r["body"]["messages"][1]["content"] for r in server.requests]
     data = json.loads((repo_bundle / "evals" / "more.json").read_text())
     assert sorted(sent) == sorted(e["prompt"] for e in data["evals"])

@@ -17,6 +17,7 @@ from model_server import CaseInfo, ModelServer
 from runner import aggregate, schemas, stats
 from runner.cli import main
 from runner.evaluate import bundle_cases
+from runner.grading.transcript import routing_outcome
 from runner.report import benchmark_md, gates, junit_xml
 from runner.skills import Bundle
 
@@ -43,7 +44,7 @@ def synthetic() -> tuple[dict, list[dict]]:
                 grades.append({
                     "key": f"{case}#{condition}#{trial}", "case": case, "owner": owner, "case_id": case.split("/")[1], "condition": condition, "trial": trial,
                     "expected_skill": expected, "activated": activated, "status": "graded", "error": None,
-                    "routing": aggregate_routing(expected, activated) if condition == "skills" else None,
+                    "routing": routing_outcome(expected, activated) if condition == "skills" else None,
                     "tokens": 100 if condition == "baseline" else 300, "turns": 1 if condition == "baseline" else 2,
                     "behaviours": [
                         {"index": 0, "text": "Sets x.", "kind": "content", "verdict": passed, "source": "check", "judge": None, "check": passed, "check_why": ""},
@@ -53,12 +54,6 @@ def synthetic() -> tuple[dict, list[dict]]:
                 })
     info = {"model": {"provider": "openai", "model": "m"}, "conditions": ["baseline", "skills"], "trials": 2, "bundle_fingerprint": "f"}
     return info, grades
-
-
-def aggregate_routing(expected, activated):
-    from runner.grading.transcript import routing_outcome
-
-    return routing_outcome(expected, activated)
 
 
 @pytest.fixture(scope="module")

@@ -7,14 +7,15 @@ from __future__ import annotations
 
 import datetime as dt
 import fnmatch
+import io
 import json
-import os
 import time
 import traceback
 import xml.etree.ElementTree as ET
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from ..atomic import write_atomic
 from ..findings import UsageError
 from ..parsing import load_yaml
 from ..skills import CARD_FILE, SKILL_FILE, Bundle
@@ -146,9 +147,8 @@ def write_cards(bundle: Bundle, results: list[ClaimResult], versions: dict[str, 
             if result.status != PASSED:
                 record["message"] = result.message
             entry["checked"] = record
-        temporary = path.with_name(path.name + ".tmp")
-        with temporary.open("w", encoding="utf-8") as handle:
-            yaml.dump(card, handle)
-        os.replace(temporary, path)  # a card is never left half-written
+        text = io.StringIO()
+        yaml.dump(card, text)
+        write_atomic(path, text.getvalue())  # a card is never left half-written
         written.append(path)
     return written

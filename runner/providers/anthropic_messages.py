@@ -7,7 +7,7 @@ import json
 
 import anthropic
 
-from .base import Reply, Tool, ToolCall, Usage
+from .base import Reply, ToolCall, Usage
 from .live import LiveProvider
 
 DEFAULT_MAX_TOKENS = 4096  # the Messages API requires a value

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import openai
 
-from .base import Reply, Tool, ToolCall, Usage
+from .base import Reply, ToolCall, Usage
 from .live import LiveProvider, protocol_error
 
 
