@@ -6,6 +6,8 @@
 #                        set, else offline from the recorded answers in evals/calibration,
 #                        grade them ($MBSKILLS_JUDGE as the judge when set) and write reports
 #   bash run.sh test     the test suite (extra arguments go to pytest)
+#   bash run.sh bench    the performance benchmark, bench/perf.py (extra arguments go to
+#                        it); builds .venv-bench with inspect_ai for the comparison
 # Setup: find Python 3.12, build .venv, install requirements/lock.txt, then
 # megatron-bridge without its own dependencies (requirements/bridge-nodeps.txt).
 # A second run reuses the venv while requirements/ and pyproject.toml are unchanged.
@@ -89,6 +91,20 @@ ensure_deps() {
     fi
 }
 
+# inspect_ai lives in its own venv: it is only the benchmark's yardstick, and its
+# dependencies must not move the project's pins.
+ensure_bench_venv() {
+    local bench="$ROOT/.venv-bench" py want
+    want="$(sha256sum "$ROOT/requirements/bench-lock.txt" | cut -d' ' -f1)"
+    [ -f "$bench/.stamp" ] && [ "$(cat "$bench/.stamp")" = "$want" ] && return
+    py="$(find_python)" || { say "Python 3.12 not found for .venv-bench"; exit 2; }
+    say "creating $bench (inspect_ai, for the benchmark's comparison)"
+    rm -rf "$bench"
+    "$py" -m venv "$bench"
+    "$bench/bin/python" -m pip install --quiet --disable-pip-version-check -r "$ROOT/requirements/bench-lock.txt" 2>&1 | quiet_pip
+    echo "$want" >"$bench/.stamp"
+}
+
 run_evals() {
     local model="${MBSKILLS_MODEL:-}" out
     if [ -z "$model" ]; then
@@ -141,8 +157,14 @@ main() {
             cd "$ROOT"
             "$VENV/bin/python" -m pytest -q "$@"
             ;;
+        bench)
+            ensure_deps
+            ensure_bench_venv
+            cd "$ROOT"
+            "$VENV/bin/python" bench/perf.py --inspect-python "$ROOT/.venv-bench/bin/python" "$@"
+            ;;
         *)
-            say "unknown command '$cmd' (use: bash run.sh | bash run.sh test)"
+            say "unknown command '$cmd' (use: bash run.sh | bash run.sh test | bash run.sh bench)"
             exit 2
             ;;
     esac

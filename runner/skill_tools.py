@@ -52,16 +52,23 @@ def catalogue(skills: list[Skill]) -> str:
 
 
 def visible_files(skill: Skill) -> list[str]:
+    # os.walk with pruning: evals/ and hidden folders are never entered (pathlib's rglob
+    # walked them all and was the largest cost of a cached rerun).
     out = []
-    for path in sorted(skill.root.rglob("*")):
-        relative = path.relative_to(skill.root)
-        if relative.parts[0] in HIDDEN_TOP or relative.name in HIDDEN_FILES or relative.name == "SKILL.md":
-            continue
-        if any(part.startswith(".") or part == "__pycache__" for part in relative.parts):
-            continue
-        if path.is_file() and not path.is_symlink():
-            out.append(relative.as_posix())
-    return out
+    root = str(skill.root)
+    for folder, dirs, files in os.walk(root):
+        relative = os.path.relpath(folder, root)
+        top = relative == "."
+        dirs[:] = [d for d in dirs if not d.startswith(".") and d != "__pycache__" and not (top and d in HIDDEN_TOP)]
+        for name in files:
+            if name.startswith(".") or name in HIDDEN_FILES or (top and name == "SKILL.md"):
+                continue
+            if top and name in HIDDEN_TOP:
+                continue
+            path = os.path.join(folder, name)
+            if os.path.isfile(path) and not os.path.islink(path):
+                out.append(name if top else f"{relative.replace(os.sep, '/')}/{name}")
+    return sorted(out, key=lambda relative: relative.split("/"))  # pathlib's order: by parts
 
 
 class SkillTools:

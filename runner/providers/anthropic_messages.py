@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 
-import anthropic
-
 from .base import Reply, ToolCall, Usage
 from .live import LiveProvider
 
@@ -50,13 +48,19 @@ class Messages(LiveProvider):
     api = "messages"
 
     def _make_client(self, api_key, base_url):
-        if self.settings.seed is not None:
-            self.ignored.append("seed")
-        return anthropic.AsyncAnthropic(api_key=api_key, base_url=base_url, timeout=self.transport.timeout_s, max_retries=self.transport.max_retries)
+        import anthropic
+
+        return anthropic.AsyncAnthropic(
+            api_key=api_key,
+            base_url=base_url,
+            timeout=self.transport.timeout_s,
+            max_retries=self.transport.max_retries,
+            http_client=anthropic.DefaultAioHttpClient(),
+        )
 
     async def _request(self, system, messages, tools, schema):
         s = self.settings
-        kwargs: dict = {"max_tokens": s.max_tokens or DEFAULT_MAX_TOKENS}
+        kwargs: dict = {"model": self.model, "messages": anthropic_messages(messages), "max_tokens": s.max_tokens or DEFAULT_MAX_TOKENS}
         if system:
             kwargs["system"] = system
         output_config: dict = {}
@@ -67,11 +71,12 @@ class Messages(LiveProvider):
         if output_config:
             kwargs["output_config"] = output_config
         if s.temperature is not None:
-            # Not a parameter of this SDK's create(); older models and proxies still take it.
-            kwargs["extra_body"] = {"temperature": s.temperature}
+            kwargs["temperature"] = s.temperature
         if tools:
             kwargs["tools"] = [{"name": t.name, "description": t.description, "input_schema": t.parameters} for t in tools]
-        response = await self.client.messages.create(model=self.model, messages=anthropic_messages(messages), **kwargs)
+        from anthropic.types import Message
+
+        response = await self._post("/v1/messages", kwargs, Message)
         texts, calls = [], []
         for block in response.content or ():
             if block.type == "text":

@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
-import openai
-
 from .base import Reply, ToolCall, Usage
 from .live import LiveProvider, protocol_error
+
+
+def openai_client(api_key: str, base_url: str | None, transport):
+    import openai
+
+    return openai.AsyncOpenAI(
+        api_key=api_key,
+        base_url=base_url,
+        timeout=transport.timeout_s,
+        max_retries=transport.max_retries,
+        http_client=openai.DefaultAioHttpClient(),
+    )
 
 
 def chat_messages(system: str, messages: list[dict]) -> list[dict]:
@@ -31,8 +41,10 @@ class ChatCompletions(LiveProvider):
     name = "openai"
     api = "chat"
 
+    takes_seed = True
+
     def _make_client(self, api_key, base_url):
-        return openai.AsyncOpenAI(api_key=api_key, base_url=base_url, timeout=self.transport.timeout_s, max_retries=self.transport.max_retries)
+        return openai_client(api_key, base_url, self.transport)
 
     def _params(self) -> dict:
         s, params = self.settings, {}
@@ -49,12 +61,14 @@ class ChatCompletions(LiveProvider):
         return params
 
     async def _request(self, system, messages, tools, schema):
-        kwargs = self._params()
+        body = {"model": self.model, "messages": chat_messages(system, messages), **self._params()}
         if schema is not None:
-            kwargs["response_format"] = {"type": "json_schema", "json_schema": {"name": "grades", "schema": schema, "strict": True}}
+            body["response_format"] = {"type": "json_schema", "json_schema": {"name": "grades", "schema": schema, "strict": True}}
         if tools:
-            kwargs["tools"] = [{"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.parameters}} for t in tools]
-        response = await self.client.chat.completions.create(model=self.model, messages=chat_messages(system, messages), **kwargs)
+            body["tools"] = [{"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.parameters}} for t in tools]
+        from openai.types.chat import ChatCompletion
+
+        response = await self._post("/chat/completions", body, ChatCompletion)
         if not response.choices:
             raise protocol_error("response has no choices")
         choice = response.choices[0]

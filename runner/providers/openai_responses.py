@@ -3,10 +3,9 @@ each turn, with the model's own output items (reasoning included) sent back verb
 
 from __future__ import annotations
 
-import openai
-
 from .base import Reply, ToolCall, Usage
 from .live import LiveProvider
+from .openai_chat import openai_client
 
 
 def response_input(messages: list[dict]) -> list[dict]:
@@ -33,12 +32,10 @@ class Responses(LiveProvider):
     api = "responses"
 
     def _make_client(self, api_key, base_url):
-        if self.settings.seed is not None:
-            self.ignored.append("seed")
-        return openai.AsyncOpenAI(api_key=api_key, base_url=base_url, timeout=self.transport.timeout_s, max_retries=self.transport.max_retries)
+        return openai_client(api_key, base_url, self.transport)
 
     async def _request(self, system, messages, tools, schema):
-        s, kwargs = self.settings, {}
+        s, kwargs = self.settings, {"model": self.model, "input": response_input(messages)}
         if schema is not None:
             kwargs["text"] = {"format": {"type": "json_schema", "name": "grades", "schema": schema, "strict": True}}
         if system:
@@ -51,7 +48,9 @@ class Responses(LiveProvider):
             kwargs["reasoning"] = {"effort": s.reasoning_effort}
         if tools:
             kwargs["tools"] = [{"type": "function", "name": t.name, "description": t.description, "parameters": t.parameters, "strict": False} for t in tools]
-        response = await self.client.responses.create(model=self.model, input=response_input(messages), **kwargs)
+        from openai.types.responses import Response
+
+        response = await self._post("/responses", kwargs, Response)
         texts, calls = [], []
         for item in response.output or ():
             if item.type == "message":
