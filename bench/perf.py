@@ -115,6 +115,10 @@ def main() -> int:
     parser.add_argument("--json", default=str(REPO / "out" / "bench" / "perf.json"), help="write the figures here (default: out/bench/perf.json)")
     parser.add_argument("--keep", action="store_true", help="keep the scratch folder (run dirs, cache, bodies) and print its path")
     args = parser.parse_args()
+    if args.records < 1 or args.jobs < 1 or args.latency < 0:
+        parser.error("--records and -j must be positive, --latency not negative")
+    if args.inspect_python and not (Path(args.inspect_python).parent / "inspect").is_file():
+        parser.error(f"--inspect-python {args.inspect_python}: no `inspect` command beside it (build .venv-bench with `bash run.sh bench`)")
 
     scratch = Path(tempfile.mkdtemp(prefix="mbskills-bench-"))
     env = {**os.environ, "OPENAI_API_KEY": "bench", "MBSKILLS_CACHE": str(scratch / "cache.sqlite")}

@@ -10,7 +10,6 @@ import json
 import os
 import sqlite3
 import time
-from dataclasses import asdict
 from pathlib import Path
 
 from .findings import UsageError
@@ -27,7 +26,10 @@ def default_path() -> Path:
 
 
 def request_key(identity: dict, system: str, messages: list[dict], tools: tuple[Tool, ...] | list[Tool], trial: int) -> str:
-    payload = {"identity": identity, "system": system, "messages": messages, "tools": [asdict(t) for t in tools], "trial": trial}
+    # The tools spelled out rather than through dataclasses.asdict, whose deep copy was most
+    # of this function's time on a cached rerun; the JSON, and so the key, is the same.
+    tool_dicts = [{"name": t.name, "description": t.description, "parameters": t.parameters} for t in tools]
+    payload = {"identity": identity, "system": system, "messages": messages, "tools": tool_dicts, "trial": trial}
     return hashlib.sha256(json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()).hexdigest()
 
 

@@ -12,7 +12,7 @@ items) so that the same provider can send it back verbatim on the next turn.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 
@@ -58,7 +58,7 @@ class Usage:
         self.cached_input_tokens += other.cached_input_tokens
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return {"input_tokens": self.input_tokens, "output_tokens": self.output_tokens, "cached_input_tokens": self.cached_input_tokens}
 
 
 @dataclass
