@@ -11,6 +11,7 @@ Steps, each a process of its own, measured with wait4 (wall, CPU seconds, peak R
  3. bare   bench/bare_loop.py: the very requests of step 1, replayed by a bare asyncio loop
            of create() calls (the floor the targets use), and again the way the runner
            sends them (aiohttp transport, raw post(): the floor of that path)
+    Steps 1-3 run --repeat times, interleaved; the table shows each one's median round.
  4. inspect_ai: the same requests as inspect samples, generate() + includes(), --max-connections 64
  5. grade  mbskills grade of the cold run (transcript + deterministic checks, no judge)
  6. check  mbskills check (claims against the pinned Megatron-Bridge; --skip-claims skips it)
@@ -31,7 +32,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -54,6 +55,9 @@ class Measured:
     stdout: str
     stderr: str
 
+    def figures(self) -> dict:
+        return {"wall_s": self.wall_s, "cpu_s": self.cpu_s, "peak_mb": self.peak_mb}
+
 
 def measure(cmd: list[str], env: dict | None = None, cwd: Path = REPO) -> Measured:
     """Run one process to completion; its own CPU time and peak RSS come from wait4."""
@@ -65,6 +69,16 @@ def measure(cmd: list[str], env: dict | None = None, cwd: Path = REPO) -> Measur
         proc.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0), err.seek(0)
         return Measured(wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, proc.returncode, out.read().decode(errors="replace"), err.read().decode(errors="replace"))
+
+
+def count_lines(path: Path) -> int:
+    with open(path, encoding="utf-8") as f:
+        return sum(1 for _ in f)
+
+
+def median_round(rounds: list[dict]) -> dict:
+    """The round with the median wall time (the lower middle one for an even count)."""
+    return sorted(rounds, key=lambda r: r["wall_s"])[(len(rounds) - 1) // 2]
 
 
 def must(step: str, m: Measured) -> Measured:
@@ -113,15 +127,17 @@ def main() -> int:
     parser.add_argument("--inspect-python", help="python of the venv with inspect_ai (default: skip inspect_ai)")
     parser.add_argument("--skip-claims", action="store_true", help="do not time `mbskills check` (it imports Megatron-Bridge: ~30 s)")
     parser.add_argument("--json", default=str(REPO / "out" / "bench" / "perf.json"), help="write the figures here (default: out/bench/perf.json)")
+    parser.add_argument("--repeat", type=int, default=1, help="rounds of cold/warm/bare runs; the table shows medians (default: 1)")
     parser.add_argument("--keep", action="store_true", help="keep the scratch folder (run dirs, cache, bodies) and print its path")
     args = parser.parse_args()
-    if args.records < 1 or args.jobs < 1 or args.latency < 0:
-        parser.error("--records and -j must be positive, --latency not negative")
+    if args.records < 1 or args.jobs < 1 or args.repeat < 1 or args.latency < 0:
+        parser.error("--records, -j and --repeat must be positive, --latency not negative")
     if args.inspect_python and not (Path(args.inspect_python).parent / "inspect").is_file():
         parser.error(f"--inspect-python {args.inspect_python}: no `inspect` command beside it (build .venv-bench with `bash run.sh bench`)")
 
     scratch = Path(tempfile.mkdtemp(prefix="mbskills-bench-"))
-    env = {**os.environ, "OPENAI_API_KEY": "bench", "MBSKILLS_CACHE": str(scratch / "cache.sqlite")}
+    base_env = {**os.environ, "OPENAI_API_KEY": "bench"}
+    env = {**base_env, "MBSKILLS_CACHE": str(scratch / "cache-0.sqlite")}
     conditions = ("baseline", "skills", "inline")
     cases = json.loads(must("count cases", measure([sys.executable, "-c", "import json,sys; sys.path.insert(0,'.'); from runner.evaluate import bundle_cases; from runner.skills import Bundle; from pathlib import Path; print(len(bundle_cases(Bundle(Path('.')))))"])).stdout)
     trials = math.ceil(args.records / (cases * len(conditions)))
@@ -129,27 +145,32 @@ def main() -> int:
     figures: dict = {"machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]}, "workload": {"cases": cases, "conditions": list(conditions), "trials": trials, "jobs": args.jobs, "latency_s": args.latency}}
     try:
         eval_args = ["eval", "--model", "openai:skilled", "--base-url", server.url + "/v1", "--conditions", ",".join(conditions), "--trials", str(trials), "-j", str(args.jobs), "--progress", "plain", "--bundle", str(REPO)]
-        print(f"cold: {cases} cases x {len(conditions)} conditions x {trials} trials at -j {args.jobs}, {args.latency * 1000:.0f} ms latency", file=sys.stderr)
-        server.reset()
-        cold = must("cold eval", measure(mbskills(*eval_args, "--out", str(scratch / "cold")), env))
-        requests = server.count()
-        records = sum(1 for _ in open(scratch / "cold" / "records.jsonl", encoding="utf-8"))
-        ideal = requests * args.latency / args.jobs
-        figures["cold"] = {"records": records, "requests": requests, "wall_s": cold.wall_s, "cpu_s": cold.cpu_s, "peak_mb": cold.peak_mb, "ideal_s": ideal, "cpu_ms_per_request": 1000 * cold.cpu_s / requests}
-        (scratch / "bodies.jsonl").write_bytes(server.get("/bench/requests"))
-
-        print("warm: the same run from the cache", file=sys.stderr)
-        server.reset()
-        warm = must("warm eval", measure(mbskills(*eval_args, "--out", str(scratch / "warm")), env))
-        figures["warm"] = {"records": sum(1 for _ in open(scratch / "warm" / "records.jsonl", encoding="utf-8")), "requests": server.count(), "wall_s": warm.wall_s, "cpu_s": warm.cpu_s, "peak_mb": warm.peak_mb}
-
-        print("bare: the same requests from a bare AsyncOpenAI loop", file=sys.stderr)
-        server.reset()
-        bare = must("bare loop", measure([sys.executable, str(REPO / "bench" / "bare_loop.py"), str(scratch / "bodies.jsonl"), "--base-url", server.url + "/v1", "-j", str(args.jobs)]))
-        figures["bare"] = {"requests": server.count(), "wall_s": bare.wall_s, "loop_s": json.loads(bare.stdout)["loop_s"], "cpu_s": bare.cpu_s, "peak_mb": bare.peak_mb}
-        server.reset()
-        fast = must("bare loop --fast", measure([sys.executable, str(REPO / "bench" / "bare_loop.py"), str(scratch / "bodies.jsonl"), "--base-url", server.url + "/v1", "-j", str(args.jobs), "--fast"]))
-        figures["bare_fast"] = {"requests": server.count(), "wall_s": fast.wall_s, "loop_s": json.loads(fast.stdout)["loop_s"], "cpu_s": fast.cpu_s, "peak_mb": fast.peak_mb}
+        print(f"workload: {cases} cases x {len(conditions)} conditions x {trials} trials at -j {args.jobs}, {args.latency * 1000:.0f} ms latency, {args.repeat} round(s)", file=sys.stderr)
+        bare_cmd = [sys.executable, str(REPO / "bench" / "bare_loop.py"), str(scratch / "bodies.jsonl"), "--base-url", server.url + "/v1", "-j", str(args.jobs)]
+        samples: dict[str, list[dict]] = {"cold": [], "warm": [], "bare": [], "bare_fast": []}
+        # Rounds interleave the contenders, so that a noisy moment on the machine does not
+        # fall on one of them alone; the table shows each one's median round.
+        for round_ in range(args.repeat):
+            print(f"round {round_ + 1}: cold eval, warm eval (from the cache), bare loop, bare aiohttp+post loop", file=sys.stderr)
+            env = {**base_env, "MBSKILLS_CACHE": str(scratch / f"cache-{round_}.sqlite")}
+            server.reset()
+            cold = must("cold eval", measure(mbskills(*eval_args, "--out", str(scratch / f"cold-{round_}")), env))
+            requests = server.count()
+            records = count_lines(scratch / f"cold-{round_}" / "records.jsonl")
+            samples["cold"].append({"records": records, "requests": requests, **cold.figures(), "ideal_s": requests * args.latency / args.jobs, "cpu_ms_per_request": 1000 * cold.cpu_s / requests})
+            if round_ == 0:
+                (scratch / "bodies.jsonl").write_bytes(server.get("/bench/requests"))
+            server.reset()
+            warm = must("warm eval", measure(mbskills(*eval_args, "--out", str(scratch / f"warm-{round_}")), env))
+            samples["warm"].append({"records": count_lines(scratch / f"warm-{round_}" / "records.jsonl"), "requests": server.count(), **warm.figures()})
+            for name, extra in (("bare", []), ("bare_fast", ["--fast"])):
+                server.reset()
+                bare = must(f"bare loop {' '.join(extra)}", measure(bare_cmd + extra))
+                samples[name].append({"requests": server.count(), "loop_s": json.loads(bare.stdout)["loop_s"], **bare.figures()})
+        for name, rounds in samples.items():
+            figures[name] = {**median_round(rounds), "rounds_wall_s": [r["wall_s"] for r in rounds]}
+        ideal = figures["cold"]["ideal_s"]
+        records = figures["cold"]["records"]
 
         if args.inspect_python:
             print("inspect_ai: the same requests as samples", file=sys.stderr)
@@ -157,12 +178,13 @@ def main() -> int:
             inspect_env = {**os.environ, "BENCH_BODIES": str(scratch / "bodies.jsonl"), "BENCH_API_KEY": "bench", "BENCH_BASE_URL": server.url + "/v1", "INSPECT_LOG_DIR": str(scratch / "inspect-logs")}
             inspect_cmd = [str(Path(args.inspect_python).parent / "inspect"), "eval", "bench/inspect_task.py", "--model", "openai-api/bench/skilled", "--max-connections", str(args.jobs), "--no-log-samples", "--display", "none", "--log-level", "error"]
             done = must("inspect eval", measure(inspect_cmd, inspect_env))
-            figures["inspect_ai"] = {"requests": server.count(), "wall_s": done.wall_s, "cpu_s": done.cpu_s, "peak_mb": done.peak_mb}
+            figures["inspect_ai"] = {"requests": server.count(), **done.figures()}
     finally:
         server.close()
 
     print("grade: transcript and deterministic checks", file=sys.stderr)
-    graded = measure(mbskills("grade", str(scratch / "cold")), env)
+    env = {**base_env, "MBSKILLS_CACHE": str(scratch / "cache-0.sqlite")}
+    graded = measure(mbskills("grade", str(scratch / "cold-0")), env)
     if graded.rc not in (0, 1):  # 1 is a quality gate, not a harness failure
         must("grade", graded)
     figures["grade"] = {"records": records, "wall_s": graded.wall_s, "records_per_s": records / graded.wall_s, "peak_mb": graded.peak_mb}
@@ -170,7 +192,7 @@ def main() -> int:
     if not args.skip_claims:
         print("check: claims against the pinned Megatron-Bridge", file=sys.stderr)
         checked = measure(mbskills("check", "--out", str(scratch / "claims")), env)
-        figures["claims"] = {"wall_s": checked.wall_s, "rc": checked.rc, "cpu_s": checked.cpu_s, "peak_mb": checked.peak_mb}
+        figures["claims"] = {"rc": checked.rc, **checked.figures()}
 
     helps = sorted(must("--help", measure(mbskills("--help"))).wall_s for _ in range(9))
     figures["help"] = {"median_s": statistics.median(helps), "min_s": helps[0], "max_s": helps[-1]}
