@@ -92,8 +92,10 @@ def cmd_check(args: argparse.Namespace) -> int:
         raise UsageError(f"no such skill in {bundle.root}: {', '.join(sorted(unknown))}")
     if args.write_cards:
         _cards_writable(bundle, args.skill)
+    if args.gpu_results:
+        return _merge_gpu_results(args, bundle)
     start = time.perf_counter()
-    from .claims.run import PASSED, format_table, run_checks, write_cards, write_reports
+    from .claims.run import OK_STATUSES, format_table, run_checks, write_cards, write_reports
     from .claims.environment import versions
 
     results = run_checks(bundle, skills=args.skill, pattern=args.claim)
@@ -107,7 +109,23 @@ def cmd_check(args: argparse.Namespace) -> int:
     if args.write_cards:
         for path in write_cards(bundle, results, found):
             print(f"updated {path}", file=sys.stderr)
-    return EXIT_OK if all(r.status == PASSED for r in results) else EXIT_FINDINGS
+    return EXIT_OK if all(r.status in OK_STATUSES for r in results) else EXIT_FINDINGS
+
+
+def _merge_gpu_results(args: argparse.Namespace, bundle) -> int:
+    """`check --gpu-results FILE`: no claim runs here and megatron is never imported; the file
+    is checked whole, then printed, then (with --write-cards) recorded in the cards."""
+    from .gpu_results import any_failed, format_table, load_results, merge_cards, select
+
+    run = load_results(Path(args.gpu_results), bundle)
+    results = select(run, args.skill, args.claim)
+    if not results:
+        raise UsageError(f"{args.gpu_results}: no result matches --skill/--claim")
+    print(format_table(run, results))
+    if args.write_cards:
+        for path in merge_cards(bundle, run, results):
+            print(f"updated {path}", file=sys.stderr)
+    return EXIT_FINDINGS if any_failed(results) else EXIT_OK
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
@@ -362,11 +380,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=("text", "json"), default="text")
     p.set_defaults(func=cmd_validate)
 
-    p = sub.add_parser("check", help="run every SKILL.md claim against the installed Megatron-Bridge", description="Runs each claim's check in one process. Exit 0 all passed, 1 a claim failed, 2 unusable input or no Megatron-Bridge.")
+    p = sub.add_parser("check", help="run every SKILL.md claim against the installed Megatron-Bridge", description="Runs each claim's check in one process; GPU-tier claims are built and validated here and reported as needs-gpu (gpu/validate.sh trains them). Exit 0 all passed (or need a GPU), 1 a claim failed, 2 unusable input or no Megatron-Bridge.")
     p.add_argument("--skill", action="append", help="only this skill (repeatable)")
     p.add_argument("--claim", default="*", help="only claims whose id matches this glob")
     p.add_argument("--out", default="out/claims", help="folder for claims.json and junit.xml (default: out/claims)")
     p.add_argument("--write-cards", action="store_true", help="record status, versions and date in each skill's card.yaml")
+    p.add_argument("--gpu-results", metavar="FILE", help="instead of running claims, merge the GPU tier's results (gpu/validate.sh writes them) into the table and, with --write-cards, the cards")
     p.add_argument("--bundle", help="the bundle to check (default: the bundle around the working directory, else this package's)")
     p.set_defaults(func=cmd_check)
 

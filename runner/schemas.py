@@ -11,7 +11,7 @@ from typing import Any
 import jsonschema
 from jsonschema.exceptions import ValidationError, best_match
 
-SCHEMAS = ("evals-flat", "evals-agentskills", "skill-card", "bundle-card", "report")
+SCHEMAS = ("evals-flat", "evals-agentskills", "skill-card", "bundle-card", "report", "gpu-results")
 
 _JSON_TYPES = {dict: "an object", list: "an array", str: "a string", bool: "a boolean", int: "an integer", float: "a number", type(None): "null"}
 
@@ -79,8 +79,10 @@ def _message(error: ValidationError) -> str:
     if kind == "uniqueItems":
         return "must not repeat items"
     if kind == "not" and isinstance(expected, dict) and "required" in expected:
-        keys = " and ".join(repr(k) for k in expected["required"])
-        return f"must not have both {keys}"
+        keys = expected["required"]
+        if len(keys) == 1:
+            return f"must not have {keys[0]!r} here"
+        return f"must not have both {' and '.join(repr(k) for k in keys)}"
     message = error.message
     return message if len(message) <= 200 else message[:197] + "..."
 

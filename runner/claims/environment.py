@@ -32,11 +32,12 @@ class NeedsTransformerEngine(ImportError):
 
 
 class _Placeholder:
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, message: str | None = None) -> None:
         self._name = name
+        self._message = message or f"{name} needs Transformer Engine, which is not installed"
 
     def _fail(self, *args: Any, **kwargs: Any) -> Any:
-        raise NeedsTransformerEngine(f"{self._name} needs Transformer Engine, which is not installed")
+        raise NeedsTransformerEngine(self._message)
 
     __call__ = _fail
 
@@ -68,6 +69,36 @@ def install_te_placeholders() -> bool:
         return False
     sys.meta_path.insert(0, _PlaceholderFinder())
     return True
+
+
+class _AbsentPackageFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Placeholders for whole top-level packages that are absent (the GPU tier's `pulp`)."""
+
+    def __init__(self, names: frozenset[str]) -> None:
+        self.names = names
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+        return importlib.machinery.ModuleSpec(name, self) if name in self.names else None
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
+        module = types.ModuleType(spec.name, "placeholder: this package is not installed")
+        module.__getattr__ = lambda attr, _name=spec.name: _Placeholder(f"{_name}.{attr}", f"{_name}.{attr}: {_name} is not installed (placeholder)")  # type: ignore[attr-defined]
+        return module
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        pass
+
+
+def install_absent_placeholders(names: tuple[str, ...]) -> list[str]:
+    """Placeholders for those of `names` (top-level packages) that cannot be imported.
+
+    For a package that another one imports at module level but whose use is never reached,
+    e.g. ModelOpt's `import pulp` for a NAS searcher that pretrain() does not run. Any use
+    of the placeholder raises an ImportError. Returns the names now covered."""
+    absent = frozenset(n for n in names if n not in sys.modules and importlib.util.find_spec(n) is None)
+    if absent:
+        sys.meta_path.insert(0, _AbsentPackageFinder(absent))
+    return sorted(absent)
 
 
 # Variables Bridge's validation reads: the caller's shell must not decide a check.

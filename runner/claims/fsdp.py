@@ -213,3 +213,23 @@ def preflight_script(ctx: Context) -> None:
         ctx.expect(rejected is not None, f"Bridge's validation accepted a broken {field}, so the preflight's rule is stale")
     with preserved_environ():
         ctx.expect(script.run_bridge_validation(clean, 8) is None, "Bridge's validation rejects the skill's own override")
+
+
+@claim(SKILL, "fsdp-gpu-train-save-resume", tier="gpu")
+def gpu_train_save_resume(ctx: Context) -> None:
+    """CPU side of the GPU run (runner/claims/gpu.py check_fsdp): the two configs it trains,
+    built from the skill's block, pass Bridge's validation and save, then load, fsdp_dtensor."""
+    from pathlib import Path
+
+    from .gpu import FSDP_ITERS, FSDP_SAVE_AT, fsdp_configs
+
+    ctx.says("finite loss at its last iteration", "`fsdp_dtensor`", "`FullyShardedDataParallel`", "resumes at the saved iteration", "close to where it stopped")
+    for world_size in (1, 2):
+        first, second = fsdp_configs(ctx, world_size, Path("/tmp/mbskills-gpu-plan/checkpoints"), te=False)
+        for cfg in (first, second):
+            resolve(cfg, world_size=world_size)
+            ctx.expect(cfg.ddp.use_megatron_fsdp is True and cfg.dist.use_megatron_fsdp is True, f"the GPU run at world size {world_size} would not use Megatron FSDP")
+            ctx.expect(cfg.checkpoint.ckpt_format == "fsdp_dtensor", f"the GPU run would save and load {cfg.checkpoint.ckpt_format!r}, not fsdp_dtensor")
+            ctx.expect(cfg.train.micro_batch_size * cfg.data_parallel_size == cfg.train.global_batch_size, "the GPU run's batch does not fit its data-parallel size")
+        ctx.expect(first.checkpoint.save and first.checkpoint.save_interval == FSDP_SAVE_AT < FSDP_ITERS, "the first GPU run does not save mid-run")
+        ctx.expect(second.checkpoint.load == first.checkpoint.save and second.checkpoint.ckpt_step == FSDP_SAVE_AT and not second.checkpoint.save, "the second GPU run does not load the first run's mid-run checkpoint")

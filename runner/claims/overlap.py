@@ -257,3 +257,37 @@ def report_script(ctx: Context) -> None:
         ctx.expect(model["tp_comm_overlap"] is False and any("TE not detected" in w for w in report["warnings"]), "the report does not show TP overlap disabled without TE")
     text = script.format_report(report)
     ctx.expect("bridge validation: passed" in text and "model.overlap_p2p_comm = True" in text, "the printed report lacks the resolved fields")
+
+
+@claim(SKILL, "overlap-gpu-dp-overlap-trains", tier="gpu")
+def gpu_dp_overlap_trains(ctx: Context) -> None:
+    """CPU side of the GPU run (runner/claims/gpu.py check_overlap_dp): the block, fitted to
+    1 and 2 GPUs, resolves as the GPU run expects: DP overlap off at one rank, on at two."""
+    from .gpu import overlap_config
+
+    ctx.says("`DistributedDataParallel`", "distributed optimizer", "finite loss at its last iteration", "2 or more data-parallel ranks", "nothing to overlap")
+    for world_size, expected in ((1, False), (2, True)):
+        cfg = overlap_config(ctx, world_size, tp=1, te=False)
+        ctx.expect(cfg.ddp.use_distributed_optimizer and cfg.ddp.overlap_grad_reduce and cfg.ddp.overlap_param_gather, "the enablement block no longer turns on the distributed optimizer with grad-reduce and param-gather overlap")
+        resolve(cfg, world_size=world_size)
+        ctx.expect(cfg.data_parallel_size == world_size, f"world size {world_size} with TP=1 gave DP={cfg.data_parallel_size}")
+        got = (cfg.ddp.overlap_grad_reduce, cfg.ddp.overlap_param_gather)
+        ctx.expect(got == (expected, expected), f"at data-parallel size {world_size} Bridge resolves (overlap_grad_reduce, overlap_param_gather) to {got}, the GPU run expects {(expected, expected)}")
+
+
+@claim(SKILL, "overlap-gpu-tp-overlap", tier="gpu")
+def gpu_tp_overlap(ctx: Context) -> None:
+    """CPU side of the GPU run (runner/claims/gpu.py check_overlap_tp): the block at TP=2 with
+    sequence parallelism keeps TP overlap on once TE is there (HAVE_TE patched: CPU has none)."""
+    from megatron.bridge.training import comm_overlap
+
+    from .gpu import DISABLING_TP_OVERLAP, overlap_config, tp_size_for
+
+    ctx.says("at least 2 GPUs", "Transformer Engine", DISABLING_TP_OVERLAP, "`tp_comm_overlap`", "finite loss")
+    ctx.expect(tp_size_for(1) is None and tp_size_for(2) == 2 and tp_size_for(8) == 4, "the GPU run's choice of TP size changed")
+    cfg = overlap_config(ctx, 2, tp=2, te=False)
+    ctx.expect(isinstance(cfg.comm_overlap, comm_overlap.CommOverlapConfig) and cfg.comm_overlap.tp_comm_overlap, "the enablement block no longer asks for TP overlap")
+    with mock.patch.object(comm_overlap, "HAVE_TE", True), collect_warnings() as warnings:
+        resolve(cfg, world_size=2)
+    disabled = [w for w in warnings if DISABLING_TP_OVERLAP in w]
+    ctx.expect(not disabled and cfg.model.tp_comm_overlap is True and cfg.model.sequence_parallel is True, f"at TP=2 with SP and TE, Bridge resolves tp_comm_overlap={cfg.model.tp_comm_overlap}: {disabled}")

@@ -22,22 +22,31 @@ class ClaimFailed(AssertionError):
     """The claim is not true for the installed release, or the skill no longer states it."""
 
 
+TIERS = ("cpu", "gpu")
+
+
 @dataclass(frozen=True)
 class Check:
     skill: str
     claim_id: str
     func: Callable[["Context"], None]
+    tier: str = "cpu"  # gpu: the claim itself needs a GPU run; `func` is what a CPU can check of it
 
 
 CHECKS: dict[tuple[str, str], Check] = {}
 
 
-def claim(skill: str, claim_id: str) -> Callable[[Callable[["Context"], None]], Callable[["Context"], None]]:
+def claim(skill: str, claim_id: str, tier: str = "cpu") -> Callable[[Callable[["Context"], None]], Callable[["Context"], None]]:
+    """Register a check. A `tier="gpu"` check runs on CPU too, but only to build and validate
+    what the GPU run (gpu/validate.sh) will train; passing it reports the claim as needing a GPU."""
+    if tier not in TIERS:
+        raise ValueError(f"{skill}/{claim_id}: tier must be one of {TIERS}, not {tier!r}")
+
     def register(func: Callable[["Context"], None]) -> Callable[["Context"], None]:
         key = (skill, claim_id)
         if key in CHECKS:
             raise RuntimeError(f"two checks registered for {skill}/{claim_id}")
-        CHECKS[key] = Check(skill, claim_id, func)
+        CHECKS[key] = Check(skill, claim_id, func, tier)
         return func
 
     return register

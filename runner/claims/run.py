@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import datetime as dt
 import fnmatch
-import io
 import json
 import time
 import traceback
@@ -15,7 +14,6 @@ import xml.etree.ElementTree as ET
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ..atomic import write_atomic
 from ..findings import UsageError
 from ..parsing import load_yaml
 from ..skills import CARD_FILE, SKILL_FILE, Bundle
@@ -23,6 +21,10 @@ from .registry import CHECKS, Context
 from .sections import read_sections
 
 PASSED, FAILED, ERROR, MISSING = "passed", "failed", "error", "no-check"
+# A GPU-tier claim whose CPU side (building and validating what the GPU run trains) held:
+# not a failure, and not run here. gpu/validate.sh runs it; `--gpu-results` records it.
+NEEDS_GPU = "needs-gpu"
+OK_STATUSES = (PASSED, NEEDS_GPU)
 
 
 @dataclass
@@ -30,9 +32,10 @@ class ClaimResult:
     skill: str
     claim: str
     statement: str
-    status: str  # passed | failed | error | no-check
+    status: str  # passed | failed | error | no-check | needs-gpu
     seconds: float
     message: str = ""
+    tier: str = "cpu"
 
 
 def load_checks() -> dict:
@@ -72,25 +75,32 @@ def _run_all(bundle: Bundle, skills: list[str] | None, pattern: str) -> list[Cla
             claim_id = entry["id"]
             if not fnmatch.fnmatchcase(claim_id, pattern):
                 continue
-            results.append(_run_one(root, claim_id, entry.get("statement", ""), sections))
+            results.append(_run_one(root, claim_id, entry.get("statement", ""), sections, entry.get("tier", "cpu")))
     return results
 
 
-def _run_one(root: Path, claim_id: str, statement: str, sections: dict) -> ClaimResult:
+def _run_one(root: Path, claim_id: str, statement: str, sections: dict, tier: str = "cpu") -> ClaimResult:
+    def result(status: str, seconds: float, message: str = "") -> ClaimResult:
+        return ClaimResult(root.name, claim_id, statement, status, seconds, message, tier)
+
     check = CHECKS.get((root.name, claim_id))
     if check is None:
-        return ClaimResult(root.name, claim_id, statement, MISSING, 0.0, "no check is registered for this claim")
+        return result(MISSING, 0.0, "no check is registered for this claim")
+    if check.tier != tier:
+        return result(ERROR, 0.0, f"card.yaml gives this claim tier {tier!r}; its check is registered as tier {check.tier!r}")
     if claim_id not in sections:
-        return ClaimResult(root.name, claim_id, statement, FAILED, 0.0, "SKILL.md has no marker for this claim")
+        return result(FAILED, 0.0, "SKILL.md has no marker for this claim")
     start = time.perf_counter()
     try:
         check.func(Context(root.name, root, sections[claim_id], sections))
     except AssertionError as failure:
-        return ClaimResult(root.name, claim_id, statement, FAILED, time.perf_counter() - start, str(failure) or "assertion failed")
+        return result(FAILED, time.perf_counter() - start, str(failure) or "assertion failed")
     except Exception as error:  # a check that crashes says so, with where
         where = traceback.extract_tb(error.__traceback__)[-1]
-        return ClaimResult(root.name, claim_id, statement, ERROR, time.perf_counter() - start, f"{type(error).__name__}: {error} ({Path(where.filename).name}:{where.lineno})")
-    return ClaimResult(root.name, claim_id, statement, PASSED, time.perf_counter() - start)
+        return result(ERROR, time.perf_counter() - start, f"{type(error).__name__}: {error} ({Path(where.filename).name}:{where.lineno})")
+    if tier == "gpu":
+        return result(NEEDS_GPU, time.perf_counter() - start, "what the GPU run trains builds and validates from SKILL.md; the training itself needs a GPU (gpu/validate.sh, then --gpu-results)")
+    return result(PASSED, time.perf_counter() - start)
 
 
 def format_table(results: list[ClaimResult]) -> str:
@@ -102,7 +112,11 @@ def format_table(results: list[ClaimResult]) -> str:
         if r.status != PASSED:
             lines.append(f"{r.skill}/{r.claim}: {r.status}: {r.message}")
     passed = sum(r.status == PASSED for r in results)
-    lines.append(f"{passed} passed, {len(results) - passed} failed")
+    needs_gpu = sum(r.status == NEEDS_GPU for r in results)
+    summary = f"{passed} passed, {len(results) - passed - needs_gpu} failed"
+    if needs_gpu:
+        summary += f", {needs_gpu} need a GPU (not run here)"
+    lines.append(summary)
     return "\n".join(lines)
 
 
@@ -118,26 +132,28 @@ def write_reports(results: list[ClaimResult], out: Path, versions: dict[str, str
             ET.SubElement(case, "failure", message=r.message).text = r.statement
         elif r.status in (ERROR, MISSING):
             ET.SubElement(case, "error", message=r.message).text = r.statement
+        elif r.status == NEEDS_GPU:
+            ET.SubElement(case, "skipped", message=r.message).text = r.statement
     ET.ElementTree(suite).write(junit_path, encoding="utf-8", xml_declaration=True)
     return json_path, junit_path
 
 
 def write_cards(bundle: Bundle, results: list[ClaimResult], versions: dict[str, str], today: dt.date | None = None) -> list[Path]:
-    """Record each result in its card (round-trip YAML keeps comments and layout)."""
-    from ruamel.yaml import YAML
+    """Record each CPU-tier result in its card (round-trip YAML keeps comments and layout).
 
-    yaml = YAML()
-    yaml.preserve_quotes = True
-    yaml.width = 4096  # never re-wrap the hand-written text
-    yaml.indent(mapping=2, sequence=4, offset=2)  # the cards' "  - id:" layout
+    GPU-tier claims are left as they are: only `--gpu-results` records those."""
+    from ..cards import load_card, save_card
+
     date = (today or dt.date.today()).isoformat()
     by_skill: dict[str, dict[str, ClaimResult]] = {}
     for r in results:
+        if r.tier == "gpu" or r.status == NEEDS_GPU:
+            continue
         by_skill.setdefault(r.skill, {})[r.claim] = r
     written = []
     for skill, claims in sorted(by_skill.items()):
         path = bundle.skills_dir / skill / CARD_FILE
-        card = yaml.load(path.read_text("utf-8"))
+        card = load_card(path)
         for entry in card["claims"]:
             result = claims.get(entry["id"])
             if result is None:
@@ -147,8 +163,6 @@ def write_cards(bundle: Bundle, results: list[ClaimResult], versions: dict[str, 
             if result.status != PASSED:
                 record["message"] = result.message
             entry["checked"] = record
-        text = io.StringIO()
-        yaml.dump(card, text)
-        write_atomic(path, text.getvalue())  # a card is never left half-written
+        save_card(path, card)  # a card is never left half-written
         written.append(path)
     return written
