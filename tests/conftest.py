@@ -82,3 +82,12 @@ def sentinel_keys(monkeypatch) -> str:
     for name in ("OPENAI_BASE_URL", "ANTHROPIC_BASE_URL", "CI"):
         monkeypatch.delenv(name, raising=False)
     return SENTINEL_KEY
+
+
+def copy_bundle(tmp_path: Path) -> Path:
+    """A copy of this repository's bundle (skills, evals, card) to change in a test."""
+    root = tmp_path / "bundle"
+    shutil.copytree(REPO / "skills", root / "skills", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(REPO / "evals", root / "evals")
+    shutil.copyfile(REPO / "card.yaml", root / "card.yaml")
+    return root

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -16,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO
+from conftest import REPO, copy_bundle
 from runner.claims.run import ERROR, FAILED, NEEDS_GPU, PASSED, load_checks, run_checks, write_cards, write_reports
 from runner.skills import Bundle
 from runner.validate import validate_path
@@ -28,14 +27,6 @@ OVERLAP = "nemo-mbridge-perf-tp-dp-comm-overlap"
 @pytest.fixture(scope="module")
 def checks():
     return load_checks()
-
-
-def copy_bundle(tmp_path: Path) -> Path:
-    root = tmp_path / "bundle"
-    shutil.copytree(REPO / "skills", root / "skills", ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copytree(REPO / "evals", root / "evals")
-    shutil.copyfile(REPO / "card.yaml", root / "card.yaml")
-    return root
 
 
 def failing(results) -> set[str]:

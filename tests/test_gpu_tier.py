@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import stat
 import subprocess
 import sys
@@ -22,7 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO
+from conftest import REPO, copy_bundle
 from runner.cli import main
 from runner.skills import Bundle
 from runner.validate import validate_path
@@ -446,14 +445,6 @@ def test_overlap_smoke_configs_come_from_the_block_and_validate(checks):
     with mock.patch.object(comm_overlap, "HAVE_TE", True), quiet():
         resolve(cfg, world_size=2)
     assert cfg.model.tp_comm_overlap is True and cfg.model.sequence_parallel is True and cfg.data_parallel_size == 1
-
-
-def copy_bundle(tmp_path: Path) -> Path:
-    root = tmp_path / "bundle"
-    shutil.copytree(REPO / "skills", root / "skills", ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copytree(REPO / "evals", root / "evals")
-    shutil.copyfile(REPO / "card.yaml", root / "card.yaml")
-    return root
 
 
 def snapshot_cards(bundle: Path) -> dict[str, bytes]:
