@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterable, TypeVar
 
 from .atomic import write_atomic
+
+R = TypeVar("R")
 
 
 def card_yaml():
@@ -36,3 +38,23 @@ def dump_card(card: Any) -> str:
 
 def save_card(path: Path, card: Any) -> None:
     write_atomic(path, dump_card(card))  # a card is never left half-written
+
+
+def update_claims(skills_dir: Path, card_file: str, results: Iterable[tuple[str, str, R]], apply: Callable[[Any, R], None]) -> list[Path]:
+    """Apply each (skill, claim id, result) to its claim entry in that skill's card; return
+    the cards written. Every card is loaded and changed before any is written, so a card
+    that cannot be read stops the update with no card rewritten."""
+    by_skill: dict[str, dict[str, R]] = {}
+    for skill, claim_id, result in results:
+        by_skill.setdefault(skill, {})[claim_id] = result
+    changed = []
+    for skill, claims in sorted(by_skill.items()):
+        path = skills_dir / skill / card_file
+        card = load_card(path)
+        for entry in card["claims"]:
+            if entry["id"] in claims:
+                apply(entry, claims[entry["id"]])
+        changed.append((path, card))
+    for path, card in changed:
+        save_card(path, card)
+    return [path for path, _ in changed]

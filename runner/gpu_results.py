@@ -153,31 +153,18 @@ def _record(run: GpuRun, result: GpuResult) -> dict[str, Any]:
 
 def merge_cards(bundle: Bundle, run: GpuRun, results: list[GpuResult]) -> list[Path]:
     """Write each result into its claim's card; returns the cards written."""
-    from .cards import load_card, save_card
+    from .cards import update_claims
 
-    by_skill: dict[str, dict[str, GpuResult]] = {}
-    for r in results:
-        by_skill.setdefault(r.skill, {})[r.claim] = r
-    # Render every card first: a card that cannot be rewritten stops the merge before any write.
-    rendered = []
-    for skill, claims in sorted(by_skill.items()):
-        path = bundle.skills_dir / skill / CARD_FILE
-        card = load_card(path)
-        for entry in card["claims"]:
-            result = claims.get(entry["id"])
-            if result is None:
-                continue
-            if result.card_status is None:  # skipped: keep the status, say why
-                entry["gpu_skip"] = {"date": run.date, "gpu": run.gpu_model, "gpu-count": run.gpu_count, "reason": result.reason}
-                continue
-            entry["status"] = result.card_status
-            entry["checked"] = _record(run, result)
-            if "gpu_skip" in entry:
-                del entry["gpu_skip"]
-        rendered.append((path, card))
-    for path, card in rendered:
-        save_card(path, card)
-    return [path for path, _ in rendered]
+    def apply(entry, result: GpuResult) -> None:
+        if result.card_status is None:  # skipped: keep the status, say why
+            entry["gpu_skip"] = {"date": run.date, "gpu": run.gpu_model, "gpu-count": run.gpu_count, "reason": result.reason}
+            return
+        entry["status"] = result.card_status
+        entry["checked"] = _record(run, result)
+        if "gpu_skip" in entry:
+            del entry["gpu_skip"]
+
+    return update_claims(bundle.skills_dir, CARD_FILE, ((r.skill, r.claim, r) for r in results), apply)
 
 
 def format_table(run: GpuRun, results: list[GpuResult]) -> str:

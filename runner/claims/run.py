@@ -142,27 +142,16 @@ def write_cards(bundle: Bundle, results: list[ClaimResult], versions: dict[str, 
     """Record each CPU-tier result in its card (round-trip YAML keeps comments and layout).
 
     GPU-tier claims are left as they are: only `--gpu-results` records those."""
-    from ..cards import load_card, save_card
+    from ..cards import update_claims
 
     date = (today or dt.date.today()).isoformat()
-    by_skill: dict[str, dict[str, ClaimResult]] = {}
-    for r in results:
-        if r.tier == "gpu" or r.status == NEEDS_GPU:
-            continue
-        by_skill.setdefault(r.skill, {})[r.claim] = r
-    written = []
-    for skill, claims in sorted(by_skill.items()):
-        path = bundle.skills_dir / skill / CARD_FILE
-        card = load_card(path)
-        for entry in card["claims"]:
-            result = claims.get(entry["id"])
-            if result is None:
-                continue
-            entry["status"] = "verified-cpu" if result.status == PASSED else "failed"
-            record = {"tier": "cpu", "date": date, **versions}
-            if result.status != PASSED:
-                record["message"] = result.message
-            entry["checked"] = record
-        save_card(path, card)  # a card is never left half-written
-        written.append(path)
-    return written
+
+    def apply(entry, result: ClaimResult) -> None:
+        entry["status"] = "verified-cpu" if result.status == PASSED else "failed"
+        record = {"tier": "cpu", "date": date, **versions}
+        if result.status != PASSED:
+            record["message"] = result.message
+        entry["checked"] = record
+
+    cpu = ((r.skill, r.claim, r) for r in results if r.tier != "gpu" and r.status != NEEDS_GPU)
+    return update_claims(bundle.skills_dir, CARD_FILE, cpu, apply)
