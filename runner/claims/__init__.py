@@ -1,6 +1,48 @@
-"""Claim checks: every claim in a SKILL.md run against the pinned Megatron-Bridge.
+"""Claim checks: every claim in a SKILL.md run against the pinned Megatron-Bridge, the
+cards that record the outcomes, and the GPU tier's results merged into them.
 
-This subpackage is the only part of the project that imports torch or megatron, and it
-does so only when `mbskills check` runs (`run.py` imports the check modules). `sections.py`
-is light: it reads the claims out of SKILL.md and is safe to import anywhere.
-"""
+The only part of the project that imports torch or megatron, and only when claims run.
+Importing this package costs the standard library alone (gpu/launch.py imports
+`runner.claims.gpu` before anything is installed): the status vocabulary is here at once,
+the functions load on first use."""
+
+from importlib import import_module
+
+from .status import (
+    CPU_RESULTS,
+    ERROR,
+    FAILED,
+    GPU_RESULTS,
+    MISSING,
+    NEEDS_GPU,
+    OK_RESULTS,
+    PASSED,
+    SKIPPED,
+    UNCHECKED,
+    VERIFIED_CPU,
+    VERIFIED_GPU,
+)
+
+_LAZY = {"ClaimsRun": "api", "GpuMerge": "api", "cards_writable": "api", "check_claims": "api", "merge_gpu_results": "api"}
+
+__all__ = [
+    "CPU_RESULTS",
+    "ERROR",
+    "FAILED",
+    "GPU_RESULTS",
+    "MISSING",
+    "NEEDS_GPU",
+    "OK_RESULTS",
+    "PASSED",
+    "SKIPPED",
+    "UNCHECKED",
+    "VERIFIED_CPU",
+    "VERIFIED_GPU",
+    *_LAZY,
+]
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        return getattr(import_module(f".{_LAZY[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -10,9 +10,10 @@ Two halves, both driven by what SKILL.md says:
   exercises them without a GPU.
 - Training (`run_check`): inside `torchrun` on GPUs, called by gpu/smoke.py, which the
   launcher gpu/validate.sh starts once per check. It returns one result entry for the
-  results file (runner/schemas/gpu-results.schema.json).
+  results file (runner/core/schemas/gpu-results.schema.json).
 
-The module imports only the standard library at load time: gpu/launch.py reads `CHECKS`
+The module imports only the standard library (and runner.core, which is stdlib at import)
+at load time: gpu/launch.py reads `CHECKS`
 from it before anything is installed.
 """
 
@@ -23,6 +24,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from ..core import MbskillsError
+from .status import FAILED, PASSED
 
 FSDP_SKILL = "nemo-mbridge-perf-megatron-fsdp"
 OVERLAP_SKILL = "nemo-mbridge-perf-tp-dp-comm-overlap"
@@ -176,7 +180,7 @@ def overlap_config(ctx: Any, world_size: int, *, tp: int = 1, te: bool | None = 
 # --- training (inside torchrun, on GPUs) -------------------------------------------------
 
 
-class CheckFailed(AssertionError):
+class CheckFailed(MbskillsError, AssertionError):
     pass
 
 
@@ -389,12 +393,12 @@ def run_check(name: str, bundle_root: Path, workdir: Path, world_size: int) -> d
     """Train one check; a result entry (status passed or failed; a crash propagates)."""
     check = CHECKS[name]
     start = time.perf_counter()
-    entry: dict[str, Any] = {"skill": check.skill, "claim": check.claim, "check": name, "status": "passed", "reason": "", "losses": [], "seconds": 0.0}
+    entry: dict[str, Any] = {"skill": check.skill, "claim": check.claim, "check": name, "status": PASSED, "reason": "", "losses": [], "seconds": 0.0}
     ctx = skill_context(bundle_root, check.skill, check.claim)
     try:
         measured = RUNNERS[name](ctx, world_size, workdir)
         entry["losses"], entry["details"] = measured["losses"], measured["details"]
     except AssertionError as failure:  # CheckFailed, or ClaimFailed from the skill's own block
-        entry["status"], entry["reason"] = "failed", str(failure) or "assertion failed"
+        entry["status"], entry["reason"] = FAILED, str(failure) or "assertion failed"
     entry["seconds"] = round(time.perf_counter() - start, 3)
     return entry

@@ -15,10 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from ..core import MbskillsError
 from .sections import ClaimSection
 
 
-class ClaimFailed(AssertionError):
+class ClaimFailed(MbskillsError, AssertionError):
     """The claim is not true for the installed release, or the skill no longer states it."""
 
 

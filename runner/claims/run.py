@@ -14,17 +14,11 @@ import xml.etree.ElementTree as ET
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ..findings import UsageError
-from ..parsing import load_yaml
-from ..skills import CARD_FILE, SKILL_FILE, Bundle
+from ..core import UsageError
+from ..load import CARD_FILE, SKILL_FILE, Bundle, load_yaml
 from .registry import CHECKS, Context
 from .sections import read_sections
-
-PASSED, FAILED, ERROR, MISSING = "passed", "failed", "error", "no-check"
-# A GPU-tier claim whose CPU side (building and validating what the GPU run trains) held:
-# not a failure, and not run here. gpu/validate.sh runs it; `--gpu-results` records it.
-NEEDS_GPU = "needs-gpu"
-OK_STATUSES = (PASSED, NEEDS_GPU)
+from .status import ERROR, FAILED, MISSING, NEEDS_GPU, PASSED, cpu_card_status
 
 
 @dataclass
@@ -142,12 +136,12 @@ def write_cards(bundle: Bundle, results: list[ClaimResult], versions: dict[str, 
     """Record each CPU-tier result in its card (round-trip YAML keeps comments and layout).
 
     GPU-tier claims are left as they are: only `--gpu-results` records those."""
-    from ..cards import update_claims
+    from .cards import update_claims
 
     date = (today or dt.date.today()).isoformat()
 
     def apply(entry, result: ClaimResult) -> None:
-        entry["status"] = "verified-cpu" if result.status == PASSED else "failed"
+        entry["status"] = cpu_card_status(result.status)
         record = {"tier": "cpu", "date": date, **versions}
         if result.status != PASSED:
             record["message"] = result.message

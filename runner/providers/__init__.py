@@ -1,5 +1,7 @@
 """Model providers: `openai:MODEL` (Chat Completions or Responses), `anthropic:MODEL`
-(Messages), any OpenAI-compatible server (`openai:MODEL --base-url URL`), `replay:DIR`.
+(Messages), any OpenAI-compatible server (`openai:MODEL --base-url URL`), `replay:DIR`;
+and what the agent loop and the judge share about requests: the response cache and the
+price table.
 
 The SDKs are imported only when a live provider is opened, so the CLI starts fast."""
 
@@ -9,11 +11,32 @@ import os
 from pathlib import Path
 from typing import Mapping
 
-from ..findings import UsageError
+from ..core import UsageError
 from .base import Provider, ProviderError, Reply, Situation, Tool, ToolCall, Usage
+from .cache import NoCache, ResponseCache, open_cache, request_key
+from .pricing import Price, PriceTable
 from .settings import Settings, Transport
 
-__all__ = ["Provider", "ProviderError", "Reply", "Settings", "Situation", "Tool", "ToolCall", "Transport", "Usage", "open_provider", "parse_model"]
+__all__ = [
+    "NoCache",
+    "Price",
+    "PriceTable",
+    "Provider",
+    "ProviderError",
+    "Reply",
+    "ResponseCache",
+    "Settings",
+    "Situation",
+    "Tool",
+    "ToolCall",
+    "Transport",
+    "Usage",
+    "open_cache",
+    "open_provider",
+    "parse_model",
+    "price_for",
+    "request_key",
+]
 
 KINDS = ("openai", "anthropic", "replay")
 KEY_VARIABLES = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
@@ -68,3 +91,11 @@ def open_provider(
     from .openai_chat import ChatCompletions
 
     return ChatCompletions(model, settings, transport, api_key=key, base_url=base_url)
+
+
+def price_for(provider: Provider, prices: PriceTable) -> Price | None:
+    """The price of `provider`'s model: an `openai:` model behind --base-url is priced as
+    `openai-compatible` (a local server is not billed at OpenAI's list price)."""
+    identity = provider.identity()
+    kind = "openai-compatible" if identity["provider"] == "openai" and identity.get("base_url") else identity["provider"]
+    return prices.lookup(kind, provider.model)

@@ -15,6 +15,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from ..core import MbskillsError
+
 
 @dataclass(frozen=True)
 class Tool:
@@ -106,7 +108,7 @@ class Situation:
     trial: int
 
 
-class ProviderError(Exception):
+class ProviderError(MbskillsError):
     """A request that failed for good, after retries. `kind` groups causes for reports;
     `fatal` errors (bad key, unknown model) stop the whole run."""
 

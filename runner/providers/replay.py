@@ -18,8 +18,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..findings import LoadError, UsageError
-from ..parsing import read_text, split_frontmatter
+from ..core import LoadError, UsageError
+from ..load import read_text, split_frontmatter
 from .base import ProviderError, Reply, Situation, Tool, ToolCall
 
 ACTIVATE, READ = "activate_skill", "read_skill_file"
@@ -84,7 +84,7 @@ class Replay:
                 try:
                     self._answers[(key, condition)] = _parse(path)
                 except LoadError as error:
-                    raise UsageError(error.finding.format()) from None
+                    raise UsageError(error.one_line()) from None
         if missing:
             more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
             owner, _, case_id = missing[0].partition("/")

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from ..core import defaults
+
 EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
 
 
@@ -21,6 +23,6 @@ class Settings:
 
 @dataclass(frozen=True)
 class Transport:
-    timeout_s: float = 120.0
-    max_retries: int = 4  # the SDK's own retries
-    rate_limit_rounds: int = 6  # extra waits on 429 once the SDK gives up
+    timeout_s: float = defaults.TIMEOUT_S
+    max_retries: int = defaults.MAX_RETRIES
+    rate_limit_rounds: int = defaults.RATE_LIMIT_ROUNDS

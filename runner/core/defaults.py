@@ -1,0 +1,16 @@
+"""Every default a command has, once: the stages use these constants and the CLI's help
+text shows them."""
+
+TIMEOUT_S = 120.0  # seconds per model request
+MAX_RETRIES = 4  # the SDK's own retries per request
+RATE_LIMIT_ROUNDS = 6  # further waits on HTTP 429 once the SDK gives up
+JOBS = 8  # records (eval) or judge requests (grade, calibrate) in flight
+TRIALS = 1
+MAX_TURNS = 8  # requests per record before the tool loop stops
+CONDITIONS = "baseline,skills"
+JUDGE_TEMPERATURE = "0"  # a number, or "omit" for models that refuse one
+JUDGE_MAX_TOKENS = 2048
+RESAMPLES = 10000  # bootstrap resamples
+SEED = 0  # bootstrap seed
+SKILLS_DEST = ".agents/skills"  # install and verify
+CLAIMS_OUT = "out/claims"

@@ -1,0 +1,48 @@
+"""Stage 1, load: the bundle, its skills and eval cases, the checks sidecars and the
+labelled answers, read from disk with every value traceable to a file and line.
+Nothing here asks a model or imports torch."""
+
+from .bundle import SOURCE_CHECKOUT, bundle_cases, fingerprint, resolve_bundle, select_cases
+from .cases import AGENTSKILLS, FLAT, Behaviour, Case, EvalsFile, load_cases, read_evals
+from .checks import Check, load_checks, read_checks, sidecar_for
+from .labelled import Labelled, load_labelled, require_labels
+from .parsing import Located, SkillDocument, load_json, load_yaml, read_text, split_frontmatter
+from .skills import CARD_FILE, EVALS_FILE, SKILL_FILE, Bundle, Skill, find_bundle, is_bundle, is_skill, load_skill, owning_skill_root
+
+__all__ = [
+    "AGENTSKILLS",
+    "Behaviour",
+    "Bundle",
+    "CARD_FILE",
+    "Case",
+    "Check",
+    "EVALS_FILE",
+    "EvalsFile",
+    "FLAT",
+    "Labelled",
+    "Located",
+    "SKILL_FILE",
+    "SOURCE_CHECKOUT",
+    "Skill",
+    "SkillDocument",
+    "bundle_cases",
+    "find_bundle",
+    "fingerprint",
+    "is_bundle",
+    "is_skill",
+    "load_cases",
+    "load_checks",
+    "load_json",
+    "load_labelled",
+    "load_skill",
+    "load_yaml",
+    "owning_skill_root",
+    "read_checks",
+    "read_evals",
+    "read_text",
+    "require_labels",
+    "resolve_bundle",
+    "select_cases",
+    "sidecar_for",
+    "split_frontmatter",
+]

@@ -1,0 +1,79 @@
+"""The bundle as the stages see it: found from where the user stands, its eval cases (each
+evals file once, ids unique run-wide), selections of them, and the fingerprint of
+everything a model could see."""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+from pathlib import Path
+
+from ..core import LoadError, UsageError
+from .cases import Case, read_evals
+from .skills import EVALS_FILE, Bundle, Skill, find_bundle, is_bundle
+
+# This package's own checkout, when it runs from one (an editable install or a clone).
+SOURCE_CHECKOUT = Path(__file__).resolve().parents[2]
+
+
+def resolve_bundle(explicit: str | Path | None, *, recorded: str | None = None, start: Path | None = None) -> Bundle:
+    """The bundle a command works on: `explicit` (--bundle), else `recorded` (a run's
+    run.json), else the nearest bundle at or above `start` (the working directory), else
+    the checkout this package runs from. None of them: a UsageError saying what to pass."""
+    if explicit or recorded:
+        source = Path(explicit or recorded)
+        if not is_bundle(source):
+            raise UsageError(f"{source}: not a bundle (no skills/ folder); pass --bundle DIR")
+        return Bundle(source.resolve())
+    found = find_bundle(start or Path.cwd())
+    if found is not None:
+        return found
+    if is_bundle(SOURCE_CHECKOUT):
+        return Bundle(SOURCE_CHECKOUT)
+    raise UsageError(f"no bundle at or above {start or Path.cwd()} (a folder with skills/); run inside one or pass --bundle DIR")
+
+
+def bundle_cases(bundle: Bundle) -> list[Case]:
+    # A symlink that leads nowhere is an error to report, not a skill without cases.
+    files = [p for d in bundle.skill_dirs() if (p := d / EVALS_FILE).is_file() or p.is_symlink()]
+    cases: list[Case] = []
+    seen: dict[str, Case] = {}
+    for path in files + bundle.bundle_eval_files():
+        try:
+            evals = read_evals(path)
+        except LoadError as error:
+            raise UsageError(f"{error.one_line()} (run `mbskills validate` for every finding)") from None
+        if evals.findings:
+            raise UsageError(f"{evals.findings[0].format()} (run `mbskills validate` for every finding)")
+        for case in evals.cases:
+            if case.key in seen:
+                raise UsageError(f"{path}:{evals.case_line(case.index, 'id')}: evals/duplicate-id: case id {case.id!r} appears twice (records are keyed by it)")
+            seen[case.key] = case
+        cases.extend(evals.cases)
+    return cases
+
+
+def select_cases(cases: list[Case], *, skills: list[str] | None = None, pattern: str | None = None, limit: int | None = None) -> list[Case]:
+    """--skill keeps cases of that skill's evals file or expecting that skill; --case is a
+    glob over `owner/id` or the bare id; --limit keeps the first N."""
+    chosen = cases
+    if skills:
+        chosen = [c for c in chosen if c.owner in skills or c.expected_skill in skills]
+    if pattern:
+        chosen = [c for c in chosen if fnmatch.fnmatchcase(c.key, pattern) or fnmatch.fnmatchcase(str(c.id), pattern)]
+    if limit is not None:
+        chosen = chosen[:limit]
+    return chosen
+
+
+def fingerprint(skills: list[Skill], cases: list[Case]) -> str:
+    """Changes when any file a model could see, or any case, changes."""
+    digest = hashlib.sha256()
+    for skill in skills:
+        # evals/ is left out: the model never sees it, and its cases are hashed below
+        files = (p for p in skill.root.rglob("*") if p.is_file() and "__pycache__" not in p.parts and p.relative_to(skill.root).parts[0] != "evals")
+        for path in sorted(files):
+            digest.update(str(path.relative_to(skill.root.parent)).encode() + b"\0" + path.read_bytes() + b"\0")
+    for source in sorted({c.source for c in cases}):
+        digest.update(source.name.encode() + b"\0" + source.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]

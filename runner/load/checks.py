@@ -1,0 +1,100 @@
+"""The deterministic-checks sidecars: regexes per behaviour, in a file beside each evals
+file (so that evals.json keeps its standard format). Reading them is loading; running
+them over an answer is grading (runner/grade/checks.py).
+
+    skills/<name>/evals/evals.json  ->  skills/<name>/evals/checks.yaml
+    evals/<stem>.json               ->  evals/<stem>.checks.yaml
+
+    <case id>:
+      - behaviour: "<exact text of one expected behaviour>"
+        must: ['regex', ...]        # all must match (re.search, MULTILINE)
+        must_not: ['regex', ...]    # none may match
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..core import Finding, LoadError
+from .cases import Case
+from .parsing import load_yaml, read_text
+
+
+@dataclass(frozen=True)
+class Check:
+    behaviour: str
+    must: tuple[re.Pattern, ...]
+    must_not: tuple[re.Pattern, ...]
+
+
+def sidecar_for(evals_path: Path) -> Path:
+    if evals_path.name == "evals.json":
+        return evals_path.with_name("checks.yaml")
+    return evals_path.with_name(f"{evals_path.stem}.checks.yaml")
+
+
+def read_checks(path: Path, cases: list[Case]) -> tuple[dict[str, list[Check]], list[Finding]]:
+    """Checks by case key, and findings for anything that does not fit the cases."""
+    findings: list[Finding] = []
+    try:
+        located = load_yaml(path, read_text(path))
+    except LoadError as error:
+        return {}, [error.finding]
+    data = located.data
+    if data is None:
+        return {}, []
+    if not isinstance(data, dict):
+        return {}, [Finding(str(path), located.line(), "checks/schema", "top level must map case ids to lists of checks")]
+    by_id = {str(c.id): c for c in cases}
+    out: dict[str, list[Check]] = {}
+    for case_id, entries in data.items():
+        case = by_id.get(str(case_id))
+        if case is None:
+            findings.append(Finding(str(path), located.line((case_id,)), "checks/unknown-case", f"no case {case_id!r} in the evals file beside it"))
+            continue
+        if not isinstance(entries, list):
+            findings.append(Finding(str(path), located.line((case_id,)), "checks/schema", f"{case_id}: expected a list of checks"))
+            continue
+        texts = {b.text for b in case.behaviours}
+        for index, entry in enumerate(entries):
+            where = (case_id, index)
+            if not isinstance(entry, dict) or not isinstance(entry.get("behaviour"), str) or set(entry) - {"behaviour", "must", "must_not"}:
+                findings.append(Finding(str(path), located.line(where), "checks/schema", f"{case_id}[{index}]: needs 'behaviour' (text) and 'must' and/or 'must_not' (lists of regexes), nothing else"))
+                continue
+            if "must" not in entry and "must_not" not in entry:
+                findings.append(Finding(str(path), located.line(where), "checks/schema", f"{case_id}[{index}]: no pattern to check (give 'must' or 'must_not')"))
+                continue
+            if entry["behaviour"].strip() not in texts:
+                findings.append(Finding(str(path), located.line(where + ("behaviour",)), "checks/unknown-behaviour", f"{case_id}: no expected behaviour reads {entry['behaviour']!r}"))
+                continue
+            compiled: dict[str, list[re.Pattern]] = {"must": [], "must_not": []}
+            for field in ("must", "must_not"):
+                patterns = entry.get(field, [])
+                if not isinstance(patterns, list) or not all(isinstance(p, str) for p in patterns):
+                    findings.append(Finding(str(path), located.line(where + (field,)), "checks/schema", f"{case_id}[{index}].{field}: expected a list of regex strings"))
+                    continue
+                for n, pattern in enumerate(patterns):
+                    try:
+                        compiled[field].append(re.compile(pattern, re.MULTILINE))
+                    except re.error as exc:
+                        findings.append(Finding(str(path), located.line(where + (field, n)), "checks/regex", f"{case_id}[{index}].{field}[{n}]: {exc}"))
+            if not compiled["must"] and not compiled["must_not"]:
+                continue  # every pattern was bad; the findings say which
+            out.setdefault(case.key, []).append(Check(entry["behaviour"].strip(), tuple(compiled["must"]), tuple(compiled["must_not"])))
+    return out, findings
+
+
+def load_checks(cases: list[Case]) -> dict[str, list[Check]]:
+    """Every sidecar beside the cases' evals files; the first problem is a LoadError."""
+    checks: dict[str, list[Check]] = {}
+    for source in sorted({c.source for c in cases}):
+        path = sidecar_for(source)
+        if not path.is_file():
+            continue
+        found, findings = read_checks(path, [c for c in cases if c.source == source])
+        if findings:
+            raise LoadError.from_finding(findings[0])
+        checks.update(found)
+    return checks

@@ -1,0 +1,21 @@
+"""Stage 4, report: graded records -> the numbers of report.json (per case, per skill,
+overall, with intervals and paired uplift), BENCHMARK.md, report.html, junit.xml, and the
+CI gates."""
+
+from .aggregate import SCHEMA_VERSION, build
+from .files import benchmark_md, gates, junit_xml, write_all
+from .html import render
+from .publish import Gates, Published, publish
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "Gates",
+    "Published",
+    "benchmark_md",
+    "build",
+    "gates",
+    "junit_xml",
+    "publish",
+    "render",
+    "write_all",
+]

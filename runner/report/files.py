@@ -1,0 +1,185 @@
+"""The report files (report.json, BENCHMARK.md, report.html, junit.xml, and grades.jsonl)
+in the run directory, and the CI gates."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+from ..core import write_atomic
+from ..grade import GRADED, RecordGrade
+from .aggregate import BASE
+
+DIMENSIONS = (
+    ("pass_rate", "pass rate (every verdict passes)", "rate"),
+    ("behaviour_rate", "behaviours passed", "rate"),
+    ("correct_rate", "correct vs ground truth (judge)", "rate"),
+    ("routing", "routing: expected skill only", "rate"),
+    ("tokens", "tokens per record", "number"),
+    ("turns", "model turns per record", "number"),
+)
+
+
+def _fmt(value, kind: str = "rate") -> str:
+    if value is None:
+        return "n/a"
+    if kind == "rate":
+        return f"{100 * value:.0f}%"
+    return f"{value:,.0f}" if value >= 100 else f"{value:.1f}"
+
+
+def _uplift(entry: dict | None) -> str:
+    if not entry or entry["mean"] is None:
+        return "n/a"
+    return f"{100 * entry['mean']:+.0f} pts [{100 * entry['lo']:+.0f}, {100 * entry['hi']:+.0f}] (+{entry['improved']}/-{entry['regressed']}, p={entry['p_value']:.3g})"
+
+
+def _group_table(summary: dict, conditions: list[str]) -> list[str]:
+    uplifts = [c for c in conditions if c != BASE and c in summary["uplift"]]
+    head = ["dimension", *conditions, *(f"{c} - {BASE}" for c in uplifts)]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for key, label, kind in DIMENSIONS:
+        cells = [_fmt(summary["conditions"][c][key], kind) for c in conditions]
+        diffs = []
+        for c in uplifts:
+            if key == "pass_rate":
+                diffs.append(_uplift(summary["uplift"][c]))
+            else:
+                a, b = summary["conditions"][c][key], summary["conditions"][BASE][key]
+                diffs.append("n/a" if a is None or b is None else (f"{100 * (a - b):+.0f} pts" if kind == "rate" else f"{a - b:+,.0f}"))
+        lines.append("| " + " | ".join([label, *cells, *diffs]) + " |")
+    wilson = [summary["conditions"][c]["wilson"] for c in conditions]
+    lines.append("| records passing, Wilson 95% | " + " | ".join(
+        f"{summary['conditions'][c]['passes']}/{summary['conditions'][c]['records']} [{100 * w[0]:.0f}, {100 * w[1]:.0f}]" if w else "n/a" for c, w in zip(conditions, wilson)
+    ) + " |" + " |" * len(uplifts))
+    return lines
+
+
+def benchmark_md(report: dict) -> str:
+    run, grading, conditions = report["run"], report["grading"], report["run"]["conditions"]
+    model = run["model"]
+    judge = grading["judge"]
+    lines = [
+        f"# Benchmark: {model['provider']}:{model['model']}",
+        "",
+        f"{run['records']} records: {len(report['cases'])} cases x {len(conditions)} conditions ({', '.join(conditions)}) x {run['trials']} trials. "
+        f"Graded by: transcript, deterministic checks ({grading['cases_with_checks']} cases have them)"
+        + (f", judge {judge['provider']}:{judge['model']}" if judge else ", no judge")
+        + f"; {grading['behaviours_graded']} of {grading['behaviours']} behaviour verdicts graded.",
+        "",
+    ]
+    if grading["judge_is_model_under_test"]:
+        lines += ["> **Warning:** the judge is the model under test; its verdicts may favour its own answers.", ""]
+    if run["bundle_changed_since_run"]:
+        lines += ["> **Warning:** the bundle changed since this run; grades use the current eval files.", ""]
+    health = report["health"]
+    if health["record_errors"] or health["judge_errors"]:
+        lines += [f"> **Incomplete:** {health['record_errors']} records failed to run and {health['judge_errors']} failed to grade ({', '.join(f'{k} {v}' for k, v in sorted(health['by_kind'].items()))}); they are left out of every rate.", ""]
+    lines += ["Uplift is in percentage points of case pass rate, with a paired bootstrap 95% interval over cases, cases improved/regressed, and an exact sign test.", ""]
+    lines += ["## Overall", "", *_group_table(report["overall"], conditions), ""]
+    for owner, summary in report["groups"].items():
+        lines += [f"## {owner} ({summary['cases']} cases)", "", *_group_table(summary, conditions), ""]
+    routing = report["routing"]
+    if routing:
+        labels = routing["labels"]
+        lines += ["## Routing (skills condition)", "", f"Accuracy {_fmt(routing['accuracy'])} over {routing['records']} records. Rows: expected skill; columns: first skill activated.", ""]
+        lines += ["| expected \\ activated | " + " | ".join(labels) + " | recall |", "|" + "---|" * (len(labels) + 2)]
+        for label in labels:
+            lines.append(f"| {label} | " + " | ".join(str(routing["matrix"][label][other]) for other in labels) + f" | {_fmt(routing['per_label'][label]['recall'])} |")
+        lines.append("| precision | " + " | ".join(_fmt(routing["per_label"][label]["precision"]) for label in labels) + " | |")
+        lines.append("")
+    changed = [(r["case"], c, ch) for r in report["cases"] for c, ch in (r.get("change") or {}).items() if ch in ("improved", "regressed")]
+    if changed:
+        lines += ["## Cases that changed", "", "| case | condition | change | baseline | condition |", "|---|---|---|---|---|"]
+        for case, condition, change in changed:
+            row = next(r for r in report["cases"] if r["case"] == case)
+            lines.append(f"| {case} | {condition} | {change} | {_fmt(row['conditions'][BASE]['pass_rate'])} | {_fmt(row['conditions'][condition]['pass_rate'])} |")
+        lines.append("")
+    flagged = [b for b in report["behaviours"] if b["flag"]]
+    if flagged:
+        lines += ["## Behaviours that do not discriminate", "", "These pass (or fail) under every condition, so they do not measure the skill.", ""]
+        lines += [f"- `{b['case']}` #{b['index'] + 1} ({b['flag']}): {b['text']}" for b in flagged]
+        lines.append("")
+    if report["disagreements"]:
+        lines += ["## Judge and checks disagree", ""]
+        lines += [f"- `{d['key']}` #{d['index'] + 1}: judge {'YES' if d['judge'] else 'NO'}, check {'YES' if d['check'] else 'NO'} ({d['check_why']}): {d['text']}" for d in report["disagreements"]]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def junit_xml(report: dict, grades: list[RecordGrade]) -> str:
+    suites = ET.Element("testsuites", name="mbskills eval")
+    by_condition: dict[str, list[RecordGrade]] = {}
+    for g in grades:
+        by_condition.setdefault(g.condition, []).append(g)
+    for condition in report["run"]["conditions"]:
+        cell = by_condition.get(condition, [])
+        per_case: dict[str, list[RecordGrade]] = {}
+        for g in cell:
+            per_case.setdefault(g.case, []).append(g)
+        suite = ET.SubElement(suites, "testsuite", name=condition, tests=str(len(per_case)))
+        failures = errors = 0
+        for case in sorted(per_case):
+            trials = sorted(per_case[case], key=lambda g: g.trial)
+            test = ET.SubElement(suite, "testcase", classname=f"{condition}.{trials[0].owner}", name=str(trials[0].case_id))
+            broken = [g for g in trials if g.status != GRADED]
+            failed = [g for g in trials if g.passed is False]
+            if broken:
+                errors += 1
+                ET.SubElement(test, "error", message=f"{len(broken)} of {len(trials)} trials not graded: " + "; ".join(f"{g.error['kind']}: {g.error['message']}" for g in broken)[:500])
+            elif failed:
+                failures += 1
+                detail = []
+                for g in failed:
+                    missed = [f"#{b.index + 1} {b.text}" for b in g.behaviours if b.verdict is False]
+                    if g.correct and not g.correct.judge:
+                        missed.append("answer incorrect vs ground truth")
+                    detail.append(f"trial {g.trial}: " + "; ".join(missed))
+                node = ET.SubElement(test, "failure", message=f"{len(failed)} of {len(trials)} trials failed")
+                node.text = "\n".join(detail)
+            elif all(g.passed is None for g in trials):
+                ET.SubElement(test, "skipped", message="no graded verdict (no judge and no check for its behaviours)")
+        suite.set("failures", str(failures))
+        suite.set("errors", str(errors))
+    ET.indent(suites)
+    return ET.tostring(suites, encoding="unicode", xml_declaration=True) + "\n"
+
+
+def gates(report: dict, *, fail_under_uplift: float | None, fail_under_pass: float | None, fail_on_regression: bool, condition: str = "skills") -> list[str]:
+    """The gate failures, each one line; empty when every gate holds."""
+    failed = []
+    overall = report["overall"]
+    if fail_under_uplift is not None:
+        uplift = overall["uplift"].get(condition)
+        if not uplift or uplift["mean"] is None:
+            failed.append(f"--fail-under-uplift: no {condition} vs baseline uplift in this run")
+        elif uplift["mean"] < fail_under_uplift:
+            failed.append(f"uplift {condition} - baseline {uplift['mean']:+.3f} < {fail_under_uplift:+.3f}")
+    if fail_under_pass is not None:
+        cell = overall["conditions"].get(condition)
+        rate = cell["pass_rate"] if cell else None
+        if rate is None or rate < fail_under_pass:
+            failed.append(f"pass rate under {condition} {'n/a' if rate is None else f'{rate:.3f}'} < {fail_under_pass:.3f}")
+    if fail_on_regression:
+        regressed = [r["case"] for r in report["cases"] if (r.get("change") or {}).get(condition) == "regressed"]
+        if regressed:
+            failed.append(f"{len(regressed)} cases regressed under {condition}: {', '.join(regressed[:5])}{' ...' if len(regressed) > 5 else ''}")
+    return failed
+
+
+def write_all(out: Path, report: dict, grades: list[RecordGrade]) -> list[Path]:
+    from .html import render
+
+    paths = {
+        "grades.jsonl": "".join(json.dumps(g.to_dict()) + "\n" for g in grades),
+        "report.json": json.dumps(report, indent=2) + "\n",
+        "BENCHMARK.md": benchmark_md(report),
+        "report.html": render(report),
+        "junit.xml": junit_xml(report, grades),
+    }
+    written = []
+    for name, text in paths.items():
+        write_atomic(out / name, text)
+        written.append(out / name)
+    return written

@@ -1,0 +1,105 @@
+"""One record: a case under one condition and trial, run as an agent loop.
+
+The model answers, or calls skill tools and is asked again, up to `max_turns` requests.
+Every request goes through the response cache first."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+from ..load import Case, Skill
+from ..providers import Price, Provider, ProviderError, Situation, Usage, request_key
+from .conditions import setup
+from .rundir import record_key
+from .skill_tools import SkillTools
+
+RECORD_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class Job:
+    case: Case
+    condition: str
+    trial: int
+
+    @property
+    def key(self) -> str:
+        return record_key(self.case.key, self.condition, self.trial)
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+async def run_job(job: Job, provider: Provider, cache, skills: list[Skill], *, max_turns: int, price: Price | None) -> dict:
+    """The finished record; a request that fails for good makes an error record, except a
+    fatal one (bad key, unknown model), which is raised to stop the run."""
+    case = job.case
+    plan = setup(job.condition, case, skills)
+    tools = SkillTools(skills, offered=[t.name for t in plan.tools])
+    situation = Situation(case.key, job.condition, job.trial)
+    messages: list[dict] = [{"role": "user", "content": case.prompt}]
+    turns: list[dict] = []
+    usage = Usage()
+    live_usage = Usage()
+    started, clock = _now(), time.perf_counter()
+    finish, answer, error = "turn_limit", "", None
+    identity = provider.identity()
+    try:
+        for _ in range(max_turns):
+            key = request_key(identity, plan.system, messages, plan.tools, job.trial) if provider.cacheable else None
+            reply = cache.get(key) if key else None
+            cached = reply is not None
+            request_clock = time.perf_counter()
+            if reply is None:
+                reply = await provider.complete(plan.system, messages, list(plan.tools), situation)
+                if key:
+                    cache.put(key, reply)
+                live_usage.add(reply.usage)
+            usage.add(reply.usage)
+            turns.append({"cached": cached, "latency_s": round(time.perf_counter() - request_clock, 4), "usage": reply.usage.to_dict(), "stop_reason": reply.stop_reason})
+            messages.append(reply.as_message())
+            if not reply.tool_calls:
+                finish, answer = "answered", reply.text
+                break
+            for call in reply.tool_calls:
+                content, is_error = tools.run(call)
+                messages.append({"role": "tool", "tool_call_id": call.id, "name": call.name, "content": content, "is_error": is_error})
+    except ProviderError as failure:
+        if failure.fatal:
+            raise
+        finish, error = "error", {"kind": failure.kind, "message": str(failure), "status": failure.status}
+    return {
+        "format": RECORD_FORMAT,
+        "key": job.key,
+        "case": case.key,
+        "owner": case.owner,
+        "case_id": case.id,
+        "condition": job.condition,
+        "trial": job.trial,
+        "status": "error" if error else "ok",
+        "error": error,
+        "finish": finish,
+        "expected_skill": case.expected_skill,
+        "expected_script": case.expected_script,
+        "model": identity,
+        "ignored_settings": list(getattr(provider, "ignored", [])),
+        "inlined_skill": plan.inlined,
+        "tools_offered": [t.name for t in plan.tools],
+        "system": plan.system,
+        "messages": messages,
+        "answer": answer,
+        "activated_skills": tools.activated,
+        "files_read": tools.files_read,
+        "turns": turns,
+        "requests": sum(1 for t in turns if not t["cached"]),
+        "cached_responses": sum(1 for t in turns if t["cached"]),
+        "usage": usage.to_dict(),
+        "cost_usd": None if price is None else round(price.cost(usage), 6),
+        "live_cost_usd": None if price is None else round(price.cost(live_usage), 6),
+        "latency_s": round(time.perf_counter() - clock, 4),
+        "started_at": started,
+        "finished_at": _now(),
+    }
