@@ -139,7 +139,7 @@ def main() -> int:
     base_env = {**os.environ, "OPENAI_API_KEY": "bench"}
     env = {**base_env, "MBSKILLS_CACHE": str(scratch / "cache-0.sqlite")}
     conditions = ("baseline", "skills", "inline")
-    cases = json.loads(must("count cases", measure([sys.executable, "-c", "import json,sys; sys.path.insert(0,'.'); from runner.evaluate import bundle_cases; from runner.skills import Bundle; from pathlib import Path; print(len(bundle_cases(Bundle(Path('.')))))"])).stdout)
+    cases = json.loads(must("count cases", measure([sys.executable, "-c", "import json,sys; sys.path.insert(0,'.'); from runner.load import bundle_cases; from runner.load import Bundle; from pathlib import Path; print(len(bundle_cases(Bundle(Path('.')))))"])).stdout)
     trials = math.ceil(args.records / (cases * len(conditions)))
     server = Server(args.latency)
     figures: dict = {"machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]}, "workload": {"cases": cases, "conditions": list(conditions), "trials": trials, "jobs": args.jobs, "latency_s": args.latency}}

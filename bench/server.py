@@ -22,8 +22,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
 from model_server import CaseInfo, ModelServer  # noqa: E402  (the tests' scripted models)
-from runner.evaluate import bundle_cases  # noqa: E402
-from runner.skills import Bundle  # noqa: E402
+from runner.load import bundle_cases  # noqa: E402
+from runner.load import Bundle  # noqa: E402
 
 # A line unique to each SKILL.md body: the scripted answers say which skills reached the model.
 MARKERS = {

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from runner.atomic import write_atomic
+from runner.core import write_atomic
 
 
 def test_replaces_the_whole_file(tmp_path):

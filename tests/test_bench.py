@@ -19,8 +19,8 @@ from conftest import REPO
 sys.path.insert(0, str(REPO / "tests"))
 from model_server import CaseInfo, ModelServer  # noqa: E402
 
-from runner.evaluate import bundle_cases  # noqa: E402
-from runner.skills import Bundle  # noqa: E402
+from runner.load import bundle_cases  # noqa: E402
+from runner.load import Bundle  # noqa: E402
 
 BENCH_VENV = REPO / ".venv-bench"
 

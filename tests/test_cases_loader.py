@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from conftest import GOOD_BUNDLE, REPO, SHARED_FORMATS
-from runner.cases import AGENTSKILLS, FLAT, load_cases, read_evals
-from runner.findings import LoadError
+from runner.load import AGENTSKILLS, FLAT, load_cases, read_evals
+from runner.core import LoadError
 
 
 def write(path: Path, data) -> Path:

@@ -17,7 +17,7 @@ import yaml
 
 from conftest import REPO, copy_bundle
 from runner.claims.run import ERROR, FAILED, NEEDS_GPU, PASSED, load_checks, run_checks, write_cards, write_reports
-from runner.skills import Bundle
+from runner.load import Bundle
 from runner.validate import validate_path
 
 FSDP = "nemo-mbridge-perf-megatron-fsdp"

@@ -23,7 +23,7 @@ import yaml
 
 from conftest import REPO, copy_bundle
 from runner.cli import main
-from runner.skills import Bundle
+from runner.load import Bundle
 from runner.validate import validate_path
 
 sys.path.insert(0, str(REPO / "gpu"))
@@ -167,7 +167,7 @@ def test_more_processes_than_gpus_is_a_usage_error(machine):
 
 
 def load_results(path: Path):
-    from runner.gpu_results import load_results as load
+    from runner.claims.gpu_results import load_results as load
 
     return load(path, Bundle(REPO))  # schema and bundle cross-check, as the merge does
 

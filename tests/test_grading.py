@@ -3,18 +3,18 @@ and the shipped checks against the shipped known-good answers."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
 import pytest
 
-from runner.evaluate import bundle_cases
-from runner.grading import grade_record
-from runner.grading.checks import load_checks, read_checks, sidecar_for
-from runner.grading.judge import JudgeError, fence, parse, prompt
-from runner.grading.transcript import grade_process, process_behaviour, routing_outcome, script_use
-from runner.parsing import split_frontmatter
-from runner.skills import Bundle
+from runner.grade import RecordGrade, ScriptUse
+from runner.grade.checks import run_check
+from runner.grade.judge import JudgeError, fence, parse, prompt
+from runner.grade.records import grade_record
+from runner.grade.transcript import grade_process, process_behaviour, routing_outcome, script_use
+from runner.load import Bundle, bundle_cases, load_checks, read_checks, sidecar_for, split_frontmatter
 
 from conftest import REPO
 
@@ -66,10 +66,10 @@ def test_expected_script_read_or_cited():
     script = "scripts/fsdp_preflight.py"
     assert script_use(record()) is None
     read = script_use(record(expected_script=script, files_read=[f"{FSDP}/{script}"]))
-    assert read == {"expected": script, "read": True, "cited": False, "passed": True}
+    assert read == ScriptUse(script, read=True, cited=False, passed=True)
     cited = script_use(record(expected_script=script, answer="run python fsdp_preflight.py --validate"))
-    assert (cited["read"], cited["cited"], cited["passed"]) == (False, True, True)
-    assert script_use(record(expected_script=script, answer="check your config"))["passed"] is False
+    assert (cited.read, cited.cited, cited.passed) == (False, True, True)
+    assert script_use(record(expected_script=script, answer="check your config")).passed is False
 
 
 # -- deterministic checks ----------------------------------------------------------------
@@ -85,7 +85,7 @@ def test_shipped_sidecars_load_and_pass_every_known_good_answer():
         text = path.read_text()
         answer = split_frontmatter(path, text).body if text.startswith("---") else text
         for check in case_checks:
-            passed, why = check.run(answer)
+            passed, why = run_check(check, answer)
             assert passed, f"{key}: {check.behaviour}: {why}"
 
 
@@ -123,9 +123,9 @@ def test_check_semantics():
     checks, findings = read_checks(path, [CASE])
     assert not findings
     check = checks[CASE.key][0]
-    assert check.run("cfg.ddp.use_megatron_fsdp = True")[0] is True
-    assert check.run("cfg.ddp.use_megatron_fsdp = False")[0] is False
-    passed, why = check.run("cfg.ddp.use_megatron_fsdp = True\ncfg.dist.use_torch_fsdp2 = True")
+    assert run_check(check, "cfg.ddp.use_megatron_fsdp = True")[0] is True
+    assert run_check(check, "cfg.ddp.use_megatron_fsdp = False")[0] is False
+    passed, why = run_check(check, "cfg.ddp.use_megatron_fsdp = True\ncfg.dist.use_torch_fsdp2 = True")
     assert not passed and "use_torch_fsdp2 = True" in why
 
 
@@ -176,13 +176,33 @@ def test_grade_record_without_judge():
         "usage": {"input_tokens": 10, "output_tokens": 5, "cached_input_tokens": 0}, "turns": [{}, {}],
     }
     grade = asyncio.run(grade_record(rec, case, SKILLS, checks, None))
-    assert grade["routing"] == "correct" and grade["tokens"] == 15 and grade["turns"] == 2
-    first = grade["behaviours"][0]
-    assert first["kind"] == "process" and first["verdict"] is True and first["source"] == "transcript"
-    checked = [b for b in grade["behaviours"] if b["source"] == "check"]
-    assert len(checked) == len(checks) and all(b["verdict"] for b in checked)
-    assert grade["passed"] is True and grade["correct"] is None
+    assert grade.routing == "correct" and grade.tokens == 15 and grade.turns == 2
+    first = grade.behaviours[0]
+    assert first.kind == "process" and first.verdict is True and first.source == "transcript"
+    checked = [b for b in grade.behaviours if b.source == "check"]
+    assert len(checked) == len(checks) and all(b.verdict for b in checked)
+    assert grade.passed is True and grade.correct is None
     wrong = asyncio.run(grade_record(dict(rec, activated_skills=[OVERLAP]), case, SKILLS, checks, None))
-    assert wrong["routing"] == "wrong" and wrong["behaviours"][0]["verdict"] is False and wrong["passed"] is False
+    assert wrong.routing == "wrong" and wrong.behaviours[0].verdict is False and wrong.passed is False
     failed = asyncio.run(grade_record(dict(rec, status="error", error={"kind": "timeout", "message": "x"}), case, SKILLS, checks, None))
-    assert failed["status"] == "record_error" and failed["passed"] is None
+    assert failed.status == "record_error" and failed.passed is None and failed.behaviours == []
+
+
+def test_grades_round_trip_through_grades_jsonl_format():
+    case = next(c for c in CASES if c.id == "fsdp-minimal-override")
+    checks = load_checks(CASES)[case.key]
+    rec = {
+        "key": f"{case.key}#skills#0", "case": case.key, "owner": case.owner, "case_id": case.id, "condition": "skills", "trial": 0,
+        "expected_skill": FSDP, "expected_script": "scripts/fsdp_preflight.py", "status": "ok", "error": None, "answer": "use_megatron_fsdp = True",
+        "activated_skills": [FSDP], "files_read": [], "inlined_skill": None, "tools_offered": ["activate_skill", "read_skill_file"],
+        "usage": {"input_tokens": 1, "output_tokens": 2, "cached_input_tokens": 0}, "turns": [{}],
+    }
+    grade = asyncio.run(grade_record(rec, case, SKILLS, checks, None))
+    data = json.loads(json.dumps(grade.to_dict()))
+    assert RecordGrade.from_dict(data) == grade
+    # format 1 on disk: `why` only on transcript-graded behaviours, no judge_usage without a judge
+    kinds = {b["kind"]: set(b) for b in data["behaviours"]}
+    assert "why" in kinds["process"] and "why" not in kinds["content"] and "judge_usage" not in data
+    assert data["script"] == {"expected": "scripts/fsdp_preflight.py", "read": False, "cited": False, "passed": False}
+    with pytest.raises(ValueError, match="grade format 2"):
+        RecordGrade.from_dict(dict(data, format=2))

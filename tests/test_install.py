@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from runner.findings import UsageError
+from runner.core import UsageError
 from runner.install import MANIFEST, install, verify
-from runner.skills import Bundle
+from runner.load import Bundle
 
 from conftest import REPO
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from runner.findings import LoadError
-from runner.parsing import load_json, load_yaml, split_frontmatter
+from runner.core import LoadError
+from runner.load import load_json, load_yaml, split_frontmatter
 
 
 def test_json_lines_follow_key_paths():

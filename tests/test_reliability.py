@@ -16,9 +16,9 @@ import pytest
 
 from model_server import CaseInfo, ModelServer
 from runner.cli import main
-from runner.evaluate import bundle_cases
-from runner.rundir import read_records
-from runner.skills import Bundle
+from runner.load import bundle_cases
+from runner.run.rundir import read_records
+from runner.load import Bundle
 
 from conftest import REPO, SENTINEL_KEY
 

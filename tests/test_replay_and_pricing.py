@@ -8,10 +8,10 @@ import json
 import pytest
 
 from runner.cli import main
-from runner.findings import UsageError
-from runner.pricing import PriceTable
-from runner.progress import PlainProgress, RichProgress, make_progress
-from runner.providers.base import Usage
+from runner.core import UsageError
+from runner.providers import PriceTable
+from runner.run.progress import PlainProgress, RichProgress, make_progress
+from runner.providers import Usage
 
 from conftest import REPO
 

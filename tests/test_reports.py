@@ -14,12 +14,15 @@ from pathlib import Path
 import pytest
 
 from model_server import CaseInfo, ModelServer
-from runner import aggregate, schemas, stats
+from runner import stats
+from runner.core import check_schema
+from runner.grade import BehaviourGrade, RecordGrade
+from runner.report import aggregate
 from runner.cli import main
-from runner.evaluate import bundle_cases
-from runner.grading.transcript import routing_outcome
+from runner.load import bundle_cases
+from runner.grade.transcript import routing_outcome
 from runner.report import benchmark_md, gates, junit_xml
-from runner.skills import Bundle
+from runner.load import Bundle
 
 from conftest import REPO
 
@@ -35,23 +38,23 @@ PLAN = {
 }
 
 
-def synthetic() -> tuple[dict, list[dict]]:
+def synthetic() -> tuple[dict, list[RecordGrade]]:
     grades = []
     for case, (owner, expected, base, skilled, activations) in PLAN.items():
         for condition, results in (("baseline", base), ("skills", skilled)):
             for trial, passed in enumerate(results):
                 activated = activations[trial] if condition == "skills" else []
-                grades.append({
-                    "key": f"{case}#{condition}#{trial}", "case": case, "owner": owner, "case_id": case.split("/")[1], "condition": condition, "trial": trial,
-                    "expected_skill": expected, "activated": activated, "status": "graded", "error": None,
-                    "routing": routing_outcome(expected, activated) if condition == "skills" else None,
-                    "tokens": 100 if condition == "baseline" else 300, "turns": 1 if condition == "baseline" else 2,
-                    "behaviours": [
-                        {"index": 0, "text": "Sets x.", "kind": "content", "verdict": passed, "source": "check", "judge": None, "check": passed, "check_why": ""},
-                        {"index": 1, "text": "Mentions y.", "kind": "content", "verdict": True, "source": "check", "judge": None, "check": True, "check_why": ""},
+                grades.append(RecordGrade(
+                    key=f"{case}#{condition}#{trial}", case=case, owner=owner, case_id=case.split("/")[1], condition=condition, trial=trial,
+                    expected_skill=expected, activated=activated,
+                    routing=routing_outcome(expected, activated) if condition == "skills" else None,
+                    tokens=100 if condition == "baseline" else 300, turns=1 if condition == "baseline" else 2,
+                    behaviours=[
+                        BehaviourGrade(0, "Sets x.", "content", check=passed, check_why="", verdict=passed, source="check"),
+                        BehaviourGrade(1, "Mentions y.", "content", check=True, check_why="", verdict=True, source="check"),
                     ],
-                    "behaviour_rate": (int(passed) + 1) / 2, "correct": None, "passed": passed, "disagreements": [], "script": None,
-                })
+                    behaviour_rate=(int(passed) + 1) / 2, passed=passed,
+                ))
     info = {"model": {"provider": "openai", "model": "m"}, "conditions": ["baseline", "skills"], "trials": 2, "bundle_fingerprint": "f"}
     return info, grades
 
@@ -107,7 +110,7 @@ def test_behaviours_that_do_not_discriminate_are_flagged(report):
 
 
 def test_report_validates_and_the_markdown_and_junit_say_the_same(report):
-    assert schemas.check("report", report) == []
+    assert check_schema("report", report) == []
     text = benchmark_md(report)
     assert "| pass rate (every verdict passes) | 38% | 62% | +25 pts [" in text
     assert "(+2/-1, p=1)" in text
@@ -168,7 +171,7 @@ def test_grade_with_a_scripted_judge_writes_four_reports(tmp_path, server, repla
     for name in ("grades.jsonl", "report.json", "BENCHMARK.md", "report.html", "junit.xml"):
         assert (run / name).is_file(), name
     report = json.loads((run / "report.json").read_text())
-    assert schemas.check("report", report) == []
+    assert check_schema("report", report) == []
     assert report["grading"]["judge"]["model"] == "judge" and report["grading"]["judge"]["settings"] == {"temperature": 0.0, "max_tokens": 2048}
     assert all(r["body"]["temperature"] == 0 and r["body"]["response_format"]["type"] == "json_schema" for r in server.requests)
     grades = [json.loads(line) for line in (run / "grades.jsonl").read_text().splitlines()]

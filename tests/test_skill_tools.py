@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from runner.providers.base import ToolCall
-from runner.skill_tools import MAX_FILE_BYTES, SkillTools, catalogue, visible_files
-from runner.skills import Bundle, load_skill
+from runner.providers import ToolCall
+from runner.run.skill_tools import MAX_FILE_BYTES, SkillTools, catalogue, visible_files
+from runner.load import Bundle, load_skill
 
 FSDP = "nemo-mbridge-perf-megatron-fsdp"
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from runner import stats
+from runner.stats import measures as stats
 from runner.stats import (
     cohen_kappa,
     confusion_matrix,

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from conftest import BAD, GOOD_BUNDLE, place_bad_file
-from runner.rules import RULES
+from runner.validate import RULES
 from runner.validate import validate_path
 
 EXPECTED = yaml.safe_load((BAD / "EXPECTED.yaml").read_text())

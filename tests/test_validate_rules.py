@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
-from runner.findings import UsageError
-from runner.rules import RULES
+from runner.core import UsageError
+from runner.validate import RULES
 from runner.validate import validate_path
 
 
