@@ -24,11 +24,13 @@ import sys
 import types
 from typing import Any, Iterator
 
+from ..core import MbskillsError
+
 TE_ONLY_MODULES = frozenset({"megatron.bridge.peft.lora_layers", "megatron.bridge.models.gpt_full_te_layer_autocast_spec"})
 
 
-class NeedsTransformerEngine(ImportError):
-    """Raised by any use of a placeholder."""
+class NeedsTransformerEngine(MbskillsError, ImportError):
+    """Raised by any use of a placeholder; an ImportError, as Bridge's own guards expect."""
 
 
 class _Placeholder:
