@@ -14,7 +14,7 @@ Python. Steps, each stopping with one line on stderr when it cannot go on:
 4. per check, `torchrun --standalone --nproc_per_node=N gpu/smoke.py --check NAME` under a
    timeout; each rank writes its result entry; a check that needs more than this machine
    has (2+ GPUs, Transformer Engine) is recorded as skipped with what it needs, never run;
-5. the results file (runner/schemas/gpu-results.schema.json; default $OUT/gpu-results.json
+5. the results file (runner/core/schemas/gpu-results.schema.json; default $OUT/gpu-results.json
    when $OUT is set, else out/gpu/gpu-results.json), a table, and exit 0 when no check
    failed or crashed, 1 otherwise.
 Logs of each check go to gpu-logs/ beside the results file.

@@ -3,7 +3,7 @@
     torchrun --standalone --nproc_per_node=N gpu/smoke.py --check fsdp --out-dir DIR --workdir DIR
 
 Each rank initialises NCCL on its own GPU, trains with runner.claims.gpu.run_check, and
-writes DIR/<check>.rank<R>.json: one result entry (runner/schemas/gpu-results.schema.json,
+writes DIR/<check>.rank<R>.json: one result entry (runner/core/schemas/gpu-results.schema.json,
 `checks[]`). A crash becomes an entry with status "error" and the place it happened, so the
 launcher can tell what went wrong even when rank 0 was killed while waiting on a peer.
 Exit status: 0 the check ran (passed or failed), 1 it crashed.

@@ -4,7 +4,7 @@ Light on purpose: JSON, the schema and round-trip YAML, never torch or megatron,
 merge runs anywhere the results file is copied to.
 
 A results file is checked whole before anything is written: the schema
-(runner/schemas/gpu-results.schema.json), then every entry against the bundle (the skill
+(runner/core/schemas/gpu-results.schema.json), then every entry against the bundle (the skill
 exists, its card lists the claim, the claim is GPU-tier, no claim twice). Any problem is
 one `UsageError` naming the file, the line and the place, and no card changes.
 

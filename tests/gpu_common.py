@@ -1,0 +1,36 @@
+"""What the GPU tier's CPU-side tests share: the skills and claims it covers, gpu/launch.py
+(standard library only) and the claim-check fixtures."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+
+sys.path.insert(0, str(REPO / "gpu"))
+import launch  # noqa: E402 - gpu/launch.py, standard library only
+
+FSDP = "nemo-mbridge-perf-megatron-fsdp"
+OVERLAP = "nemo-mbridge-perf-tp-dp-comm-overlap"
+GPU_CLAIMS = {(FSDP, "fsdp-gpu-train-save-resume"), (OVERLAP, "overlap-gpu-dp-overlap-trains"), (OVERLAP, "overlap-gpu-tp-overlap")}
+
+
+@pytest.fixture(scope="module")
+def checks():
+    """The registered claim checks (imports Megatron-Bridge once per module)."""
+    from runner.claims.run import load_checks
+
+    return load_checks()
+
+
+def context(skill: str, claim: str, root: Path = REPO):
+    from runner.claims.gpu import skill_context
+
+    return skill_context(root, skill, claim)
+
+
+def snapshot_cards(bundle: Path) -> dict[str, bytes]:
+    return {p.parent.name: p.read_bytes() for p in sorted((bundle / "skills").glob("*/card.yaml"))}
