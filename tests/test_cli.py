@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from conftest import REPO, place_bad_file
-from runner.cli import main
+from runner.cli import build_parser, main
+from runner.core import defaults
+from runner.grade import JudgeOptions
+from runner.providers import Transport
+from runner.run import EvalRequest
 
 
 def run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
@@ -83,3 +90,73 @@ def test_main_returns_codes_in_process(tmp_path: Path, capsys):
     assert main(["validate", str(REPO)]) == 0
     assert main(["validate", str(tmp_path / "nope")]) == 2
     assert "no such file or directory" in capsys.readouterr().err
+
+
+# -- wiring: whole option names, shared options, defaults from one place, errors mapped once
+
+
+@pytest.mark.parametrize(
+    "argv, unknown",
+    [
+        (["install", "--for", "/tmp/x"], "--for"),
+        (["eval", "--model", "replay:x", "--out", "o", "--condition", "baseline"], "--condition"),
+        (["grade", "run", "--judge-temp", "0"], "--judge-temp"),
+        (["check", "--write"], "--write"),
+    ],
+)
+def test_abbreviated_options_are_refused(argv, unknown, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"unrecognized arguments: {unknown}" in err
+
+
+def test_every_parser_refuses_abbreviations():
+    parser = build_parser()
+    subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    assert parser.allow_abbrev is False
+    assert {name: p.allow_abbrev for name, p in subparsers.choices.items()} == {name: False for name in subparsers.choices}
+
+
+def test_defaults_come_from_one_place_and_the_help_shows_them(capsys):
+    parser = build_parser()
+    subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    ev, gr, ca = (subparsers[n].parse_args(a) for n, a in (("eval", ["--model", "m", "--out", "o"]), ("grade", ["r"]), ("calibrate", [])))
+    assert (ev.timeout, ev.max_retries, ev.rate_limit_rounds, ev.jobs, ev.trials, ev.max_turns) == (defaults.TIMEOUT_S, defaults.MAX_RETRIES, defaults.RATE_LIMIT_ROUNDS, defaults.JOBS, defaults.TRIALS, defaults.MAX_TURNS)
+    assert (gr.timeout, gr.max_retries, gr.jobs, gr.resamples, gr.seed, ca.judge_max_tokens) == (defaults.TIMEOUT_S, defaults.MAX_RETRIES, defaults.JOBS, defaults.RESAMPLES, defaults.SEED, defaults.JUDGE_MAX_TOKENS)
+    # the library's own defaults are the same constants
+    assert Transport() == Transport(defaults.TIMEOUT_S, defaults.MAX_RETRIES, defaults.RATE_LIMIT_ROUNDS)
+    assert (EvalRequest("m", Path("o")).jobs, JudgeOptions().jobs, JudgeOptions().temperature) == (defaults.JOBS, defaults.JOBS, defaults.JUDGE_TEMPERATURE)
+    for command, shown in (("eval", ["--timeout", "--max-retries", "--jobs", "--trials", "--max-turns", "--rate-limit-rounds"]), ("grade", ["--timeout", "--max-retries", "--jobs", "--resamples"])):
+        assert main([command, "--help"]) == 0
+        text = " ".join(capsys.readouterr().out.split()).split(" options: ", 1)[1]
+        for option in shown:
+            value = {"--timeout": defaults.TIMEOUT_S, "--max-retries": defaults.MAX_RETRIES, "--jobs": defaults.JOBS, "--trials": defaults.TRIALS, "--max-turns": defaults.MAX_TURNS,
+                     "--rate-limit-rounds": defaults.RATE_LIMIT_ROUNDS, "--resamples": defaults.RESAMPLES}[option]
+            after = text.split(f"{option} ", 1)[1]
+            assert f"(default: {value})" in after[:200], f"{command} {option}: {after[:200]}"
+
+
+def test_a_command_that_needs_a_bundle_and_finds_none_says_so_in_one_line(tmp_path, monkeypatch, capsys):
+    import runner.load.bundle as bundle_module
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(bundle_module, "SOURCE_CHECKOUT", tmp_path / "site-packages")  # as when installed from a wheel
+    for argv in (["install"], ["check"], ["calibrate"], ["eval", "--model", "replay:x", "--out", "o"]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"no bundle at or above {tmp_path}" in err and "--bundle DIR" in err, err
+    assert not (tmp_path / ".agents").exists() and not (tmp_path / "o").exists()
+
+
+def test_package_errors_map_to_their_exit_codes(tmp_path, monkeypatch, capsys):
+    from runner import cli
+    from runner.core import HarnessError, LoadError
+
+    for error, code, text in ((HarnessError("the judge failed"), 3, "the judge failed"), (LoadError(tmp_path / "f.yaml", 7, "yaml/syntax", "bad\nthing"), 2, "f.yaml:7: yaml/syntax: bad thing")):
+        def boom(args, error=error):
+            raise error
+
+        monkeypatch.setattr(cli, "cmd_verify", boom)
+        assert main(["verify", str(tmp_path)]) == code
+        err = capsys.readouterr().err
+        assert err.startswith("mbskills: error: ") and text in err and err.count("\n") == 1
