@@ -11,7 +11,7 @@ import pytest
 from conftest import REPO
 
 sys.path.insert(0, str(REPO / "gpu"))
-import launch  # noqa: E402 - gpu/launch.py, standard library only
+import launch  # noqa: E402,F401 - gpu/launch.py, standard library only; the tests import it from here
 
 FSDP = "nemo-mbridge-perf-megatron-fsdp"
 OVERLAP = "nemo-mbridge-perf-tp-dp-comm-overlap"

@@ -31,12 +31,6 @@ def cards_writable(bundle: Bundle, skills: list[str] | None) -> None:
                 raise UsageError(f"{path}:{located.line(('claims', index))}: card/schema: claims[{index}] needs an 'id' (run `mbskills validate`)")
 
 
-def _known_skills(bundle: Bundle, skills: list[str] | None) -> None:
-    unknown = set(skills or ()) - bundle.skill_names()
-    if unknown:
-        raise UsageError(f"no such skill in {bundle.root}: {', '.join(sorted(unknown))}")
-
-
 @dataclass
 class ClaimsRun:
     results: list  # of run.ClaimResult
@@ -49,7 +43,7 @@ class ClaimsRun:
 def check_claims(bundle: Bundle, *, skills: list[str] | None = None, pattern: str = "*", out: Path = Path(defaults.CLAIMS_OUT), write_cards: bool = False) -> ClaimsRun:
     """Run every matching claim against the installed Megatron-Bridge (imported here, once),
     write claims.json and junit.xml into `out`, and with `write_cards` the cards."""
-    _known_skills(bundle, skills)
+    bundle.require_skills(skills)
     if write_cards:
         cards_writable(bundle, skills)
     start = time.perf_counter()
@@ -80,7 +74,7 @@ def merge_gpu_results(bundle: Bundle, path: Path, *, skills: list[str] | None = 
     then tabled, then (with `write_cards`) recorded in the cards."""
     from .gpu_results import any_failed, format_table, load_results, merge_cards, select
 
-    _known_skills(bundle, skills)
+    bundle.require_skills(skills)
     if write_cards:
         cards_writable(bundle, skills)
     gpu_run = load_results(path, bundle)

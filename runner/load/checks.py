@@ -20,6 +20,7 @@ from pathlib import Path
 from ..core import Finding, LoadError
 from .cases import Case
 from .parsing import load_yaml, read_text
+from .skills import EVALS_FILE
 
 
 @dataclass(frozen=True)
@@ -30,7 +31,7 @@ class Check:
 
 
 def sidecar_for(evals_path: Path) -> Path:
-    if evals_path.name == "evals.json":
+    if evals_path.name == EVALS_FILE.name:
         return evals_path.with_name("checks.yaml")
     return evals_path.with_name(f"{evals_path.stem}.checks.yaml")
 

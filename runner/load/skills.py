@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core import LoadError
+from ..core import LoadError, UsageError
 from .parsing import SkillDocument, read_text, split_frontmatter
 
 SKILL_FILE = "SKILL.md"
@@ -71,6 +71,12 @@ class Bundle:
 
     def skill_names(self) -> set[str]:
         return {p.name for p in self.skill_dirs()}
+
+    def require_skills(self, names: list[str] | tuple[str, ...] | None) -> None:
+        """--skill values must name skills of this bundle."""
+        unknown = set(names or ()) - self.skill_names()
+        if unknown:
+            raise UsageError(f"--skill: no such skill in {self.root}: {', '.join(sorted(unknown))}")
 
     def bundle_eval_files(self) -> list[Path]:
         if not self.evals_dir.is_dir():

@@ -41,9 +41,7 @@ class EvalRequest:
 def run_eval(bundle: Bundle, request: EvalRequest) -> Summary:
     """Run every selected case x condition x trial into `request.out`; UsageError before
     any request for input that cannot work, and for a fatal provider error mid-run."""
-    unknown = set(request.skills) - bundle.skill_names()
-    if unknown:
-        raise UsageError(f"--skill: no such skill in {bundle.root}: {', '.join(sorted(unknown))}")
+    bundle.require_skills(request.skills)
     if request.limit is not None and request.limit < 1:
         raise UsageError("--limit must be at least 1")
     if request.settings.reasoning_effort is not None and not request.settings.reasoning_effort:

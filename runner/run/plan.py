@@ -14,7 +14,6 @@ from .agent import Job, run_job
 from .conditions import CONDITIONS
 from .rundir import RunDir
 
-
 # What makes a run directory belong to a command: changing one of these needs a new --out.
 IDENTITY_FIELDS = ("model", "max_turns", "bundle_fingerprint")
 

@@ -9,7 +9,7 @@ import html
 import os
 
 from ..core import MbskillsError
-from ..load import Skill
+from ..load import SKILL_FILE, Skill
 from ..providers import Tool, ToolCall
 
 MAX_FILE_BYTES = 256 * 1024
@@ -62,7 +62,7 @@ def visible_files(skill: Skill) -> list[str]:
         top = relative == "."
         dirs[:] = [d for d in dirs if not d.startswith(".") and d != "__pycache__" and not (top and d in HIDDEN_TOP)]
         for name in files:
-            if name.startswith(".") or name in HIDDEN_FILES or (top and name == "SKILL.md"):
+            if name.startswith(".") or name in HIDDEN_FILES or (top and name == SKILL_FILE):
                 continue
             if top and name in HIDDEN_TOP:
                 continue
