@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import sys
 from pathlib import Path
 
@@ -88,7 +89,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         jobs=args.jobs,
         max_turns=args.max_turns,
         skills=tuple(args.skill or ()),
-        case=args.case,
+        cases=tuple(args.case or ()),
         limit=args.limit,
         api=args.api,
         base_url=args.base_url,
@@ -98,6 +99,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         no_cache=args.no_cache,
         pricing=Path(args.pricing) if args.pricing else None,
         progress=args.progress,
+        command=args.command_line,
     )
     summary = run_eval(_bundle(args), request)
     say(summary.line(args.out))
@@ -125,10 +127,13 @@ def cmd_grade(args: argparse.Namespace) -> int:
     from .grade import grade_run
     from .report import Gates, publish
 
-    graded = grade_run(Path(args.run), _judge_options(args), bundle=args.bundle)
+    gate = Gates(args.fail_under_uplift, args.fail_under_pass, args.fail_on_regression, args.min_coverage)  # range-checked before any grading
+    graded = grade_run(Path(args.run), _judge_options(args), bundle=args.bundle, allow_incomplete=args.allow_incomplete)
     for warning in graded.warnings:
         say(f"mbskills: warning: {warning}")
-    published = publish(graded, Gates(args.fail_under_uplift, args.fail_under_pass, args.fail_on_regression), resamples=args.resamples, seed=args.seed)
+    published = publish(graded, gate, resamples=args.resamples, seed=args.seed, allow_incomplete=args.allow_incomplete)
+    for line in published.banner:
+        say(f"mbskills: {line}")
     say(published.summary)
     say("wrote " + ", ".join(str(p) for p in published.paths))
     if published.harness:
@@ -139,22 +144,12 @@ def cmd_grade(args: argparse.Namespace) -> int:
     return EXIT_FINDINGS if published.failed_gates else EXIT_OK
 
 
-def _agreement(name: str, score: dict | None) -> str:
-    if not score or not score["items"]:
-        return f"{name:<22} no items"
-    kappa = "n/a" if score["kappa"] is None else f"{score['kappa']:.3f}"
-    return f"{name:<22} {score['items']:>4} items  accuracy {100 * score['accuracy']:5.1f}%  kappa {kappa}  (passed but labelled failing {score['fp']}, failed but labelled passing {score['fn']})"
-
-
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    from .grade import calibrate_bundle
+    from .grade import calibrate_bundle, calibration_lines
 
     result = calibrate_bundle(_bundle(args), _judge_options(args), answers=Path(args.answers) if args.answers else None)
-    print(f"{result['answers']} labelled answers ({result['good']} good, {result['bad']} bad)")
-    print(_agreement("checks", result["checks"]))
-    if args.judge:
-        print(_agreement("judge: behaviours", result["judge_behaviours"]))
-        print(_agreement("judge: correctness", result["judge_correct"]))
+    for line in calibration_lines(result):
+        print(line)
     for error in result["judge_errors"]:
         say(f"judge error: {error}")
     if args.out:
@@ -165,9 +160,10 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     if result["judge_errors"]:
         return EXIT_HARNESS
     if args.min_kappa is not None:
-        scores = [result["judge_behaviours"]] if args.judge else [result["checks"]]
-        if any(s["kappa"] is None or s["kappa"] < args.min_kappa for s in scores):
-            say(f"gate failed: kappa below {args.min_kappa}")
+        headline = result["sets"][0]  # the held-out set when there is one
+        score = headline["policy_with_judge"] if args.judge else headline["policy_checks_only"]
+        if score["kappa"] is None or score["kappa"] < args.min_kappa:
+            say(f"gate failed: kappa on the {headline['name']} set {'n/a' if score['kappa'] is None else format(score['kappa'], '.3f')} < {args.min_kappa}")
             return EXIT_FINDINGS
     return EXIT_OK
 
@@ -276,7 +272,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="run directory (created; reused to resume)")
     p.add_argument("-j", "--jobs", type=int, default=defaults.JOBS, help="records (so requests) in flight at once (default: %(default)s)")
     p.add_argument("--trials", type=int, default=defaults.TRIALS, help="independent samples per case and condition (default: %(default)s)")
-    p.add_argument("--case", help="only cases whose owner/id or id matches this glob")
+    p.add_argument("--case", action="append", help="only cases whose owner/id or id matches this glob (repeatable: any may match)")
     p.add_argument("--limit", type=int, help="only the first N selected cases")
     p.add_argument("--api", choices=("chat", "responses"), help="OpenAI API: chat (default) or responses")
     p.add_argument("--base-url", help="an OpenAI-compatible server (vLLM, Ollama, llama.cpp, NIM) or a proxy")
@@ -296,13 +292,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="grade a run's transcripts and write report.json, BENCHMARK.md, report.html, junit.xml",
         description="Grades stored records without asking the model again: transcript (routing, scripts, process behaviours), "
         "deterministic checks (evals/checks.yaml sidecars) and, with --judge, an LLM judge. "
-        "Exit 0 gates hold, 1 a gate failed, 2 unusable input, 3 the harness failed (records that did not run, answers the judge could not grade).",
+        "Exit 0 gates hold, 1 a gate failed, 2 unusable input, 3 the run is incomplete (records missing, failed or still being written) or the judge could not grade some answers; "
+        "with --allow-incomplete the gates decide instead.",
     )
     p.add_argument("run", help="run directory written by `mbskills eval`")
     p.add_argument("--bundle", help="the bundle whose eval files grade the run (default: the one recorded in run.json)")
     p.add_argument("--fail-under-uplift", type=float, help="gate: overall skills-minus-baseline uplift (0..1) below this fails")
     p.add_argument("--fail-under-pass", type=float, help="gate: overall pass rate under skills (0..1) below this fails")
     p.add_argument("--fail-on-regression", action="store_true", help="gate: any case whose pass rate under skills is below baseline fails")
+    p.add_argument("--min-coverage", type=float, help="gate: every condition must count at least this fraction of its records (default: 1.0 whenever a gate is given)")
+    p.add_argument("--allow-incomplete", action="store_true", help="grade a run with records missing, failed or still being written (the reports say so); the gates decide the exit")
     p.add_argument("--resamples", type=int, default=defaults.RESAMPLES, help="bootstrap resamples (default: %(default)s)")
     p.add_argument("--seed", type=int, default=defaults.SEED, help="bootstrap seed (default: %(default)s)")
     p.set_defaults(func=cmd_grade)
@@ -334,10 +333,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     try:
         args = build_parser().parse_args(argv)
     except SystemExit as done:  # --help, --version, or a bad argument (already reported)
         return int(done.code or 0)
+    args.command_line = "mbskills " + shlex.join(argv)
     try:
         return args.func(args)
     except MbskillsError as error:  # the one place errors become exit codes

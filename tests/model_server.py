@@ -10,6 +10,8 @@ It plays scripted models, chosen by the request's model name:
               one of its identifiers (names with `_` or `.`) appears in the answer, or it
               has none; `correct` likewise for the reference answer's identifiers.
               Every verdict is kept in `verdicts`.
+              Its evidence is the identifier it found, or (with none) the answer's first words.
+  judge-liar  a judge that says YES to everything, quoting words that are not in the answer
   judge-text  a judge that replies in prose instead of JSON
   prober      an adversarial model: one read_skill_file call per turn for each path in
               `probe_paths`, then an answer
@@ -18,7 +20,11 @@ unique to each body), so tests can tell what was in context. `failures` is a que
 faults served to the next requests in order: "429" (retry-after-ms: 10),
 "429-no-header", "500", "503", "401", "hang" (answers after `hang_s`), "reset" (the
 connection is dropped), "truncated" (a 200 whose JSON body is cut in half), "badargs"
-(a tool call whose arguments are not JSON). With `fault_rate` > 0, each request
+(a tool call whose arguments are not JSON), "objargs" (tool-call arguments sent as a
+JSON object, as some OpenAI-compatible servers do), "nousage" (a reply without token
+counts), "html" and "sse" (a 200 whose body is an HTML page or an event stream),
+"400-model" (a gateway's 400 for an unknown model, with its error body) and "404-text"
+(a plain-text 404, as for a base URL without /v1). With `fault_rate` > 0, each request
 draws a fault from `fault_kinds` with that probability instead (seeded, reproducible).
 Response and tool-call ids derive from the request body, so a rerun gets the same ids.
 """
@@ -109,9 +115,11 @@ class ModelServer:
         behaviours = [line.split(". ", 1)[1] for line in block.splitlines() if re.match(r"\d+\. ", line)]
 
         def decide(text: str) -> tuple[bool, str]:
+            if model == "judge-liar":
+                return True, "the answer sets every flag exactly as the reference requires"
             names = self.IDENT.findall(text)
             hit = next((n for n in names if n in answer), None)
-            return (hit is not None or not names), hit or ""
+            return (hit is not None or not names), hit or " ".join(answer.split()[:4])
 
         graded = [decide(text) for text in behaviours]
         correct = decide(reference)
@@ -221,8 +229,16 @@ class ModelServer:
             return fault
 
     async def _fault(self, fault: str | None, request: web.Request) -> web.StreamResponse | None:
-        if fault is None or fault in ("truncated", "badargs"):
+        if fault is None or fault in ("truncated", "badargs", "objargs", "nousage"):
             return None
+        if fault == "html":
+            return web.Response(text="<!DOCTYPE html><html><head><title>Model gateway</title></head><body>Sign in</body></html>", content_type="text/html")
+        if fault == "sse":
+            return web.Response(text='data: {"id": "x", "choices": []}\n\ndata: [DONE]\n\n', content_type="text/event-stream")
+        if fault == "400-model":
+            return web.json_response({"error": {"message": "litellm.BadRequestError: Invalid model name passed in model=nope", "type": "invalid_request_error", "code": "400"}}, status=400)
+        if fault == "404-text":
+            return web.Response(text="404: Not Found", status=404, content_type="text/plain")
         if fault == "reset":
             request.transport.abort()
             raise ConnectionResetError("scripted reset")
@@ -259,6 +275,11 @@ class ModelServer:
             payload = {"chat": self._chat, "responses": self._responses, "anthropic": self._anthropic}[kind](body, text, calls)
             if fault == "badargs":
                 payload = json.loads(json.dumps(payload).replace('"arguments": "{', '"arguments": "{oops '))  # Anthropic inputs are objects: no such fault there
+            if fault == "objargs":
+                for item in [c["function"] for ch in payload.get("choices", ()) for c in ch["message"].get("tool_calls") or ()] + [o for o in payload.get("output", ()) if o.get("type") == "function_call"]:
+                    item["arguments"] = json.loads(item["arguments"])
+            if fault == "nousage":
+                payload.pop("usage", None)
             if fault == "truncated":
                 raw = json.dumps(payload).encode()
                 return web.Response(body=raw[: len(raw) // 2], content_type="application/json")

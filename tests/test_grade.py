@@ -85,8 +85,8 @@ def test_shipped_sidecars_load_and_pass_every_known_good_answer():
         text = path.read_text()
         answer = split_frontmatter(path, text).body if text.startswith("---") else text
         for check in case_checks:
-            passed, why = run_check(check, answer)
-            assert passed, f"{key}: {check.behaviour}: {why}"
+            outcome = run_check(check, answer)
+            assert outcome.passed and outcome.kind == "presence", f"{key}: {check.behaviour}: {outcome.why}"
 
 
 def write(path: Path, text: str) -> Path:
@@ -123,10 +123,10 @@ def test_check_semantics():
     checks, findings = read_checks(path, [CASE])
     assert not findings
     check = checks[CASE.key][0]
-    assert run_check(check, "cfg.ddp.use_megatron_fsdp = True")[0] is True
-    assert run_check(check, "cfg.ddp.use_megatron_fsdp = False")[0] is False
-    passed, why = run_check(check, "cfg.ddp.use_megatron_fsdp = True\ncfg.dist.use_torch_fsdp2 = True")
-    assert not passed and "use_torch_fsdp2 = True" in why
+    assert run_check(check, "cfg.ddp.use_megatron_fsdp = True").kind == "presence"
+    assert run_check(check, "cfg.ddp.use_megatron_fsdp = False").kind == "absence"
+    outcome = run_check(check, "cfg.ddp.use_megatron_fsdp = True\ncfg.dist.use_torch_fsdp2 = True")
+    assert outcome.kind == "tripwire" and not outcome.passed and "use_torch_fsdp2 = True" in outcome.why
 
 
 def test_sidecar_names():
@@ -200,9 +200,8 @@ def test_grades_round_trip_through_grades_jsonl_format():
     grade = asyncio.run(grade_record(rec, case, SKILLS, checks, None))
     data = json.loads(json.dumps(grade.to_dict()))
     assert RecordGrade.from_dict(data) == grade
-    # format 1 on disk: `why` only on transcript-graded behaviours, no judge_usage without a judge
-    kinds = {b["kind"]: set(b) for b in data["behaviours"]}
-    assert "why" in kinds["process"] and "why" not in kinds["content"] and "judge_usage" not in data
+    # format 2 on disk: every field of every behaviour, whatever graded it
+    assert len({frozenset(b) for b in data["behaviours"]}) == 1 and "judge_usage" in data and data["format"] == 2
     assert data["script"] == {"expected": "scripts/fsdp_preflight.py", "read": False, "cited": False, "passed": False}
-    with pytest.raises(ValueError, match="grade format 2"):
-        RecordGrade.from_dict(dict(data, format=2))
+    with pytest.raises(ValueError, match="grade format 1"):
+        RecordGrade.from_dict(dict(data, format=1))

@@ -48,7 +48,7 @@ def synthetic() -> tuple[dict, list[RecordGrade]]:
                     key=f"{case}#{condition}#{trial}", case=case, owner=owner, case_id=case.split("/")[1], condition=condition, trial=trial,
                     expected_skill=expected, activated=activated,
                     routing=routing_outcome(expected, activated) if condition == "skills" else None,
-                    tokens=100 if condition == "baseline" else 300, turns=1 if condition == "baseline" else 2,
+                    input_tokens=100 if condition == "baseline" else 300, output_tokens=0, cost_usd=None, turns=1 if condition == "baseline" else 2,
                     behaviours=[
                         BehaviourGrade(0, "Sets x.", "content", check=passed, check_why="", verdict=passed, source="check"),
                         BehaviourGrade(1, "Mentions y.", "content", check=True, check_why="", verdict=True, source="check"),
@@ -62,7 +62,8 @@ def synthetic() -> tuple[dict, list[RecordGrade]]:
 @pytest.fixture(scope="module")
 def report():
     info, grades = synthetic()
-    return aggregate.build(info, grades, skill_names=["sk-a", "sk-b"], judge=None, fingerprint_now="f", checks_cases=4, resamples=2000, seed=3)
+    complete = {"expected": 16, "finished": 16, "errors": 0, "missing": 0, "in_progress": False, "complete": True}
+    return aggregate.build(info, grades, skill_names=["sk-a", "sk-b"], judge=None, fingerprint_now="f", checks_cases=4, completeness=complete, resamples=2000, seed=3)
 
 
 def test_case_rates_wilson_and_pass_at_k(report):
@@ -183,7 +184,9 @@ def test_grade_with_a_scripted_judge_writes_four_reports(tmp_path, server, repla
         content = [b for b in g["behaviours"] if b["kind"] == "content"]
         assert [b["judge"] for b in content] == verdict["behaviours"]
         assert g["correct"]["judge"] == verdict["correct"]
-        assert [b["verdict"] for b in content] == verdict["behaviours"]  # the judge outranks checks
+        # the judge outranks a check, except where the check found a forbidden value
+        assert [False if b["check_kind"] in ("tripwire", "reversed") else b["judge"] for b in content] == [b["verdict"] for b in content]
+        assert all(b["evidence_found"] for b in content if b["judge"])  # the scripted judge quotes the answer
         assert g["disagreements"] == [b["index"] for b in content if b["check"] is not None and b["check"] != b["judge"]]
     assert len(report["disagreements"]) == sum(len(g["disagreements"]) for g in grades)
     uplift = report["overall"]["uplift"]["skills"]
@@ -195,15 +198,32 @@ def test_grade_with_a_scripted_judge_writes_four_reports(tmp_path, server, repla
 
 def test_gate_exit_codes(tmp_path, replay_run, capsys):
     run = copy_run(replay_run, tmp_path)
-    assert grade(run) == 0
+    assert grade(run) == 0  # no gate: the reports say what is ungraded, the exit does not
     report = json.loads((run / "report.json").read_text())
+    coverage = report["overall"]["conditions"]["skills"]["coverage"]
+    assert 0 < coverage < 1  # two behaviours of the shipped cases need a judge
     uplift = report["overall"]["uplift"]["skills"]["mean"]
-    assert grade(run, "--fail-under-uplift", f"{uplift - 0.01}") == 0
-    assert grade(run, "--fail-under-uplift", f"{uplift + 0.01}") == 1
+    # any gate demands full coverage unless told otherwise
+    assert grade(run, "--fail-under-uplift", f"{uplift - 0.01}") == 1
+    assert "gate failed: coverage under skills" in capsys.readouterr().err
+    floor = ["--min-coverage", f"{coverage - 0.01}"]
+    assert grade(run, "--fail-under-uplift", f"{uplift - 0.01}", *floor) == 0
+    assert grade(run, "--fail-under-uplift", f"{uplift + 0.01}", *floor) == 1
     assert "gate failed: uplift skills - baseline" in capsys.readouterr().err
     rate = report["overall"]["conditions"]["skills"]["pass_rate"]
-    assert grade(run, "--fail-under-pass", f"{rate + 0.01}") == 1
-    assert grade(run, "--fail-on-regression") == (1 if report["overall"]["uplift"]["skills"]["regressed"] else 0)
+    assert grade(run, "--fail-under-pass", f"{rate - 0.01}", *floor) == 0
+    assert grade(run, "--fail-under-pass", "1", *floor) == (1 if rate < 1 else 0)
+    assert grade(run, "--fail-on-regression", *floor) == (1 if report["overall"]["uplift"]["skills"]["regressed"] else 0)
+    assert grade(run, "--min-coverage", f"{coverage + 0.01}") == 1
+
+
+@pytest.mark.parametrize("option, value", [("--fail-under-uplift", "10"), ("--fail-under-uplift", "-1.5"), ("--fail-under-pass", "1.2"), ("--min-coverage", "-0.1"), ("--min-coverage", "nan")])
+def test_gate_thresholds_out_of_range_are_refused_before_grading(tmp_path, replay_run, capsys, option, value):
+    run = copy_run(replay_run, tmp_path)
+    assert grade(run, option, value) == 2
+    err = capsys.readouterr().err
+    assert f"{option} " in err and "must be between" in err and err.count("\n") == 1
+    assert not (run / "report.json").exists()
 
 
 def test_harness_failures_exit_3_and_bad_input_exit_2(tmp_path, server, replay_run, capsys):
@@ -211,12 +231,13 @@ def test_harness_failures_exit_3_and_bad_input_exit_2(tmp_path, server, replay_r
     assert grade(run, "--judge", "openai:judge-text", "--judge-base-url", server.openai_url, "--no-cache") == 3
     err = capsys.readouterr().err
     assert "could not be graded (judge_error:judge 48)" in err
-    assert "**Incomplete:**" in (run / "BENCHMARK.md").read_text()
-    # a record that failed to run also makes the harness exit 3, even with every gate met
+    assert "48 the judge could not grade" in (run / "BENCHMARK.md").read_text()
+    # a record that failed to run makes the run incomplete: exit 3 before any grading, even with every gate met
     lines = (run / "records.jsonl").read_text().splitlines()
     broken = json.loads(lines[0]) | {"status": "error", "error": {"kind": "timeout", "message": "read timed out", "status": None}}
     (run / "records.jsonl").write_text("\n".join([json.dumps(broken), *lines[1:]]) + "\n")
     assert grade(run, "--fail-under-uplift", "-1") == 3
+    assert "incomplete: 47 of 48 records (0 missing, 1 ended in an error)" in capsys.readouterr().err
     assert grade(tmp_path / "nothing") == 2
     assert main(["grade", str(run), "--bundle", str(tmp_path)]) == 2
     assert grade(run, "--judge", "gpt-4o") == 2
@@ -254,6 +275,7 @@ def test_calibrate_against_hand_labels(tmp_path, server, capsys):
     assert main(args) == 0
     result = json.loads(out.read_text())
     # judge: 9 of 10 behaviour items agree (it says NO to the unmentioned use_torch_fsdp2 item of the bad answer)
+    result = result["sets"][0]
     judged = result["judge_behaviours"]
     assert (judged["items"], judged["accuracy"], judged["fn"], judged["fp"]) == (10, 0.9, 1, 0)
     assert judged["kappa"] == pytest.approx((0.9 - 0.62) / (1 - 0.62))
@@ -270,7 +292,7 @@ def test_calibrate_against_hand_labels(tmp_path, server, capsys):
     "text, message",
     [
         ("---\nfails: []\ncorrect: true\n---\nx\n", "calibration/labels: a bad answer must fail a behaviour or be incorrect"),
-        ("---\nfails: oops\ncorrect: false\n---\nx\n", "calibration/labels: a bad answer needs 'fails'"),
+        ("---\nfails: oops\ncorrect: false\n---\nx\n", "calibration/labels: a labelled answer needs 'fails'"),
         ("---\nfails: [Says something else.]\ncorrect: false\n---\nx\n", "has no behaviour 'Says something else.'"),
         ("---\nfails: [Sets cfg.ddp.use_megatron_fsdp = True.]\ncorrect: maybe\n---\nx\n", "'correct' must be true or false"),
         ("no frontmatter\n", "needs frontmatter with 'fails' and 'correct'"),
@@ -286,10 +308,12 @@ def test_bad_calibration_labels_are_one_line_errors(tmp_path, capsys, text, mess
     assert message in err and "fsdp-minimal-override.bad-1.md:" in err and len(err.splitlines()) == 1
 
 
-def test_shipped_calibration_set_is_complete_and_checks_score_on_it(capsys):
+def test_shipped_calibration_sets_are_complete_and_the_held_out_one_comes_first(capsys):
     assert main(["calibrate", "--bundle", str(REPO)]) == 0
     shown = capsys.readouterr().out
-    assert "72 labelled answers (24 good, 48 bad)" in shown
+    names = [line.split(" set (", 1)[0] for line in shown.splitlines() if " set (" in line]
+    assert names == ["held-out", "dev", "training"]
+    assert "training set" in shown and "72 labelled answers (24 good, 48 bad)" in shown.split("training set", 1)[1]
 
 
 # -- the HTML report in a real browser ---------------------------------------------------
@@ -338,9 +362,20 @@ def test_scripted_run_numbers_match_hand_computed_expectations(tmp_path, good_bu
     skills passes 12/12 records, baseline 4/12 (only demo-5, demo-6, which need no skill);
     per case uplift is 1,1,1,1,0,0 -> mean 4/6, 4 improved, 0 regressed, sign test p = 2/2^4."""
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    # every content behaviour has a check, so every record is graded through
     (good_bundle / "skills/demo-skill/evals/checks.yaml").write_text(
-        "".join(f"demo-{i}:\n  - behaviour: Sets cfg.widget.enabled = True.\n    must: ['saw-skill:demo-skill']\n" for i in range(1, 5))
-        + "".join(f"demo-{i}:\n  - behaviour: Does not mention the widget.\n    must_not: ['saw-skill:demo-skill']\n" for i in (5, 6))
+        "".join(
+            f"demo-{i}:\n  - behaviour: Sets cfg.widget.enabled = True.\n    must: ['saw-skill:demo-skill']\n"
+            "  - behaviour: Does not invent other settings.\n    must_not: ['invented']\n"
+            "  - behaviour: Explains the setting in one sentence.\n    must: ['answer to']\n"
+            for i in range(1, 5)
+        )
+        + "".join(
+            f"demo-{i}:\n  - behaviour: Does not mention the widget.\n    must_not: ['saw-skill:demo-skill']\n"
+            "  - behaviour: Says the bundle does not cover it.\n    must: ['answer to']\n"
+            "  - behaviour: Answers briefly.\n    must: ['answer to']\n"
+            for i in (5, 6)
+        )
     )
     cases = bundle_cases(Bundle(good_bundle))
     served = ModelServer({c.prompt: CaseInfo(c.key, c.expected_skill, c.expected_script) for c in cases}, {"demo-skill": "# Demo skill"}).start()

@@ -71,14 +71,18 @@ def test_360_records_with_30_percent_of_requests_faulted(tmp_path, capsys):
         requests, faults = server.count(), sum(server.faults_served.values())
         assert set(server.faults_served) == set(server.fault_kinds)
         assert 0.25 < faults / requests < 0.35
-        # failed records are the harness's failures, never the model's
+        # failed records are the harness's failures, never the model's: the run is incomplete
         assert main(["grade", str(out), "--resamples", "200"]) == 3
+        assert f"incomplete: {360 - len(errors)} of 360 records (0 missing, {len(errors)} ended in an error)" in capsys.readouterr().err
+        assert not (out / "report.json").exists()  # nothing half-graded is written
+        assert main(["grade", str(out), "--resamples", "200", "--allow-incomplete"]) == 0
         report = json.loads((out / "report.json").read_text())
-        assert report["health"]["record_errors"] == len(errors)
+        assert report["health"]["record_errors"] == len(errors) and report["completeness"]["errors"] == len(errors)
         for condition in ("baseline", "skills", "inline"):
             ok = sum(1 for r in first if r["condition"] == condition and r["status"] == "ok")
-            assert report["overall"]["conditions"][condition]["records"] == ok
-        assert f"{len(errors)} records failed to run" in (out / "BENCHMARK.md").read_text()
+            cell = report["overall"]["conditions"][condition]
+            assert cell["records"] + cell["ungraded"] == ok and cell["errors"] == 120 - ok
+        assert f"Incomplete: {360 - len(errors)} of 360 records" in (out / "BENCHMARK.md").read_text()
         # rerunning the same command retries only the failed records, until none is left
         reruns = 0
         while any(r["status"] == "error" for r in load(out)) and reruns < 8:

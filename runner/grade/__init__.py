@@ -2,15 +2,19 @@
 transcript, deterministic-check verdicts from the case's sidecar and, with a judge, LLM
 verdicts; calibration measures the checks and the judge against hand-labelled answers."""
 
+from .calibrate import calibration_lines
 from .grading import GradedRun, JudgeOptions, calibrate_bundle, grade_run
 from .judge import Judge, JudgeError
-from .types import GRADE_FORMAT, GRADED, JUDGE_ERROR, RECORD_ERROR, BehaviourGrade, Correctness, RecordGrade, ScriptUse
+from .types import COUNTED, GRADE_FORMAT, GRADED, JUDGE_ERROR, RECORD_ERROR, TURN_LIMIT, UNGRADED, BehaviourGrade, Correctness, RecordGrade, ScriptUse
 
 __all__ = [
     "GRADED",
     "GRADE_FORMAT",
     "JUDGE_ERROR",
     "RECORD_ERROR",
+    "TURN_LIMIT",
+    "UNGRADED",
+    "COUNTED",
     "BehaviourGrade",
     "Correctness",
     "GradedRun",
@@ -20,5 +24,6 @@ __all__ = [
     "RecordGrade",
     "ScriptUse",
     "calibrate_bundle",
+    "calibration_lines",
     "grade_run",
 ]

@@ -1,7 +1,8 @@
-"""Judge calibration: grade hand-labelled answers (evals/calibration/) with the judge and
-the deterministic checks, and measure both against the labels (runner/load/labelled.py
-reads them). Process behaviours ("Read the X skill ...") are graded from transcripts, not text, so they
-are not labelled here."""
+"""Calibration: grade hand-labelled answers with the deterministic checks and the judge, and
+measure each against the labels (runner/load/labelled.py reads them): per grader, per check
+kind, and for the combining policy, so that a verdict decides only where it is shown
+reliable. Process behaviours ("Read the X skill ...") are graded from transcripts, not
+text, so they are not labelled."""
 
 from __future__ import annotations
 
@@ -9,12 +10,13 @@ import asyncio
 
 from .. import stats
 from ..load import Check, Labelled
-from .checks import run_check
+from .checks import KINDS, PRESENCE, run_check
 from .judge import Judge, JudgeError
+from .policy import CHECK_DECIDES, DEFINITE_FAILS
 from .transcript import process_behaviour
 
 
-def _score(pairs: list[tuple[bool, bool]]) -> dict:
+def score(pairs: list[tuple[bool, bool]]) -> dict:
     """Agreement of (label, predicted) pairs."""
     if not pairs:
         return {"items": 0, "accuracy": None, "kappa": None, "tp": 0, "tn": 0, "fp": 0, "fn": 0}
@@ -30,19 +32,45 @@ def _score(pairs: list[tuple[bool, bool]]) -> dict:
     }
 
 
+def _kind_score(rows: list[tuple[bool, str]]) -> dict:
+    """Per check kind: how often what it says (pass for presence, fail otherwise) is the label."""
+    out = {}
+    for kind in KINDS:
+        labels = [label for label, k in rows if k == kind]
+        says = kind == PRESENCE
+        right = sum(1 for label in labels if label == says)
+        out[kind] = {"items": len(labels), "right": right, "precision": right / len(labels) if labels else None, "decides": CHECK_DECIDES[kind]}
+    return out
+
+
+def _policy_score(rows: list[tuple[bool, str]]) -> dict:
+    """The checks as the policy lets them decide (no judge): verdicts only where the kind
+    decides, the rest ungraded."""
+    decided = [(label, kind == PRESENCE) for label, kind in rows if CHECK_DECIDES[kind]]
+    result = score(decided)
+    result["ungraded"] = len(rows) - len(decided)
+    result["coverage"] = len(decided) / len(rows) if rows else None
+    return result
+
+
 async def calibrate(labelled: list[Labelled], skill_names: list[str], checks: dict[str, list[Check]], judge: Judge | None, *, jobs: int = 8) -> dict:
-    check_pairs, judge_pairs, correct_pairs, errors, items = [], [], [], [], []
+    check_pairs, kind_rows, judge_pairs, supported_pairs, correct_pairs, combined_pairs, errors, items = [], [], [], [], [], [], [], []
+    unsupported = 0
     gate = asyncio.Semaphore(jobs)
 
     async def one(entry: Labelled) -> None:
+        nonlocal unsupported
         content = [b.text for b in entry.case.behaviours if not process_behaviour(b.text, skill_names)]
         by_text = {c.behaviour: c for c in checks.get(entry.case.key, [])}
         row = {"file": str(entry.path), "case": entry.case.key, "behaviours": []}
+        outcomes = {}
         for text in content:
             if text in by_text:
-                passed, _ = run_check(by_text[text], entry.answer)
-                check_pairs.append((entry.label(text), passed))
-                row["behaviours"].append({"text": text, "label": entry.label(text), "check": passed})
+                outcome = run_check(by_text[text], entry.answer)
+                outcomes[text] = outcome
+                check_pairs.append((entry.label(text), outcome.passed))
+                kind_rows.append((entry.label(text), outcome.kind))
+                row["behaviours"].append({"text": text, "label": entry.label(text), "check": outcome.passed, "kind": outcome.kind})
         if judge is not None:
             try:
                 async with gate:
@@ -52,19 +80,63 @@ async def calibrate(labelled: list[Labelled], skill_names: list[str], checks: di
                 return
             for text, verdict in zip(content, judged.behaviours):
                 judge_pairs.append((entry.label(text), verdict.passed))
+                if verdict.passed and not verdict.evidence_found:
+                    unsupported += 1
+                else:
+                    supported_pairs.append((entry.label(text), verdict.passed))
+                outcome = outcomes.get(text)
+                if outcome is not None and outcome.kind in DEFINITE_FAILS:
+                    combined_pairs.append((entry.label(text), False))
+                elif not verdict.passed or verdict.evidence_found:
+                    combined_pairs.append((entry.label(text), verdict.passed))
+                elif outcome is not None and CHECK_DECIDES[outcome.kind]:
+                    combined_pairs.append((entry.label(text), outcome.passed))
             correct_pairs.append((entry.correct, judged.correct.passed))
             row["judge"] = [v.passed for v in judged.behaviours]
         items.append(row)
 
     await asyncio.gather(*(one(entry) for entry in labelled))
-    return {
+    result = {
         "answers": len(labelled),
         "good": sum(1 for e in labelled if e.good),
         "bad": sum(1 for e in labelled if not e.good),
         "judge": judge.describe() if judge else None,
-        "checks": _score(check_pairs),
-        "judge_behaviours": _score(judge_pairs) if judge else None,
-        "judge_correct": _score(correct_pairs) if judge else None,
+        "checks": score(check_pairs),
+        "check_kinds": _kind_score(kind_rows),
+        "policy_checks_only": _policy_score(kind_rows),
+        "judge_behaviours": score(judge_pairs) if judge else None,
+        "judge_supported": score(supported_pairs) if judge else None,
+        "judge_unsupported": unsupported if judge else None,
+        "policy_with_judge": score(combined_pairs) if judge else None,
+        "judge_correct": score(correct_pairs) if judge else None,
         "judge_errors": errors,
         "items": items,
     }
+    return result
+
+
+def _agreement(name: str, result: dict | None) -> str:
+    if not result or not result["items"]:
+        return f"  {name:<24} no items"
+    kappa = "n/a" if result["kappa"] is None else f"{result['kappa']:.3f}"
+    extra = f", {result['ungraded']} left ungraded" if "ungraded" in result else ""
+    return f"  {name:<24} {result['items']:>4} items  accuracy {100 * result['accuracy']:5.1f}%  kappa {kappa}  (false passes {result['fp']}, false fails {result['fn']}{extra})"
+
+
+def calibration_lines(result: dict) -> list[str]:
+    """What `mbskills calibrate` prints: each set, the held-out one first."""
+    lines = []
+    for entry in result["sets"]:
+        lines.append(f"{entry['name']} set ({entry['path']}): {entry['answers']} labelled answers ({entry['good']} good, {entry['bad']} bad)")
+        lines.append(_agreement("checks", entry["checks"]))
+        for kind, figures in entry["check_kinds"].items():
+            if figures["items"]:
+                role = "decides" if figures["decides"] else "weak: judge or ungraded"
+                lines.append(f"    {kind:<10} {figures['items']:>4} items, right {figures['right']:>4} ({100 * figures['precision']:5.1f}%)  {role}")
+        lines.append(_agreement("policy, checks only", entry["policy_checks_only"]))
+        if entry["judge"]:
+            lines.append(_agreement("judge: behaviours", entry["judge_behaviours"]))
+            lines.append(f"  {'judge: unsupported YES':<24} {entry['judge_unsupported']:>4} (quote not in the answer; they count for nothing)")
+            lines.append(_agreement("policy, with judge", entry["policy_with_judge"]))
+            lines.append(_agreement("judge: correctness", entry["judge_correct"]))
+    return lines

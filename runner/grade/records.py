@@ -1,6 +1,7 @@
 """Grading one record: routing and process verdicts from its transcript, deterministic-check
-verdicts from the case's sidecar and, with a judge, LLM verdicts. A behaviour's final verdict
-comes from the transcript for process behaviours, else the judge where it ran, else the check."""
+verdicts from the case's sidecar and, with a judge, LLM verdicts, combined by the policy in
+runner/grade/policy.py. A behaviour no reliable grader settles stays ungraded; a record with
+an ungraded behaviour and no failing one is ungraded too, and counts in no pass rate."""
 
 from __future__ import annotations
 
@@ -10,20 +11,32 @@ from typing import Callable
 from ..load import Case, Check
 from .checks import run_check
 from .judge import Judge, JudgeError
-from .transcript import grade_process, process_behaviour, routing_outcome, script_use
-from .types import CONTENT, GRADED, JUDGE_ERROR, PROCESS, RECORD_ERROR, BehaviourGrade, Correctness, RecordGrade
+from .policy import CHECK_DECIDES, DEFINITE_FAILS
+from .transcript import activations, grade_process, process_behaviour, routing_outcome, script_use
+from .types import CONTENT, GRADED, JUDGE_ERROR, PROCESS, RECORD_ERROR, TURN_LIMIT, UNGRADED, BehaviourGrade, Correctness, RecordGrade
 
 
 def _final(item: BehaviourGrade) -> None:
     if item.kind == PROCESS:
         item.verdict, item.source = item.transcript, "transcript"
-    elif item.judge is not None:
+    elif item.check is not None and item.check_kind in DEFINITE_FAILS:
+        item.verdict, item.source = False, "check"
+    elif item.judge is False or (item.judge and item.evidence_found):
         item.verdict, item.source = item.judge, "judge"
-    elif item.check is not None:
+    elif item.check is not None and CHECK_DECIDES[item.check_kind]:
         item.verdict, item.source = item.check, "check"
 
 
+def _usage(record: dict) -> tuple[int | None, int | None]:
+    usage = record["usage"]
+    if usage.get("unreported"):
+        return None, None
+    return usage["input_tokens"], usage["output_tokens"]
+
+
 async def grade_record(record: dict, case: Case, skill_names: list[str], checks: list[Check], judge: Judge | None) -> RecordGrade:
+    input_tokens, output_tokens = _usage(record)
+    activated = activations(record)
     grade = RecordGrade(
         key=record["key"],
         case=record["case"],
@@ -32,13 +45,19 @@ async def grade_record(record: dict, case: Case, skill_names: list[str], checks:
         condition=record["condition"],
         trial=record["trial"],
         expected_skill=record["expected_skill"],
-        activated=record["activated_skills"],
-        routing=routing_outcome(record["expected_skill"], record["activated_skills"]) if "activate_skill" in record["tools_offered"] else None,
-        tokens=record["usage"]["input_tokens"] + record["usage"]["output_tokens"],
+        activated=activated,
+        routing=routing_outcome(record["expected_skill"], activated) if "activate_skill" in record["tools_offered"] else None,
         turns=len(record["turns"]),
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        cost_usd=record.get("cost_usd"),
     )
-    if record["status"] != "ok":
+    if record["status"] == "error":
         grade.status, grade.error = RECORD_ERROR, record["error"]
+        return grade
+    if record["status"] == "turn_limit":
+        # the model never answered: a failure of the record, whatever its behaviours
+        grade.status, grade.passed = TURN_LIMIT, False
         return grade
     answer = record["answer"] or ""
     by_text = {c.behaviour: c for c in checks}
@@ -53,7 +72,8 @@ async def grade_record(record: dict, case: Case, skill_names: list[str], checks:
             content.append(index)
             check = by_text.get(behaviour.text)
             if check is not None:
-                item.check, item.check_why = run_check(check, answer)
+                outcome = run_check(check, answer)
+                item.check, item.check_kind, item.check_why = outcome.passed, outcome.kind, outcome.why
         grade.behaviours.append(item)
     if judge is not None:
         try:
@@ -64,16 +84,25 @@ async def grade_record(record: dict, case: Case, skill_names: list[str], checks:
             for index, verdict in zip(content, judged.behaviours):
                 item = grade.behaviours[index]
                 item.judge, item.evidence, item.evidence_found = verdict.passed, verdict.evidence, verdict.evidence_found
-            grade.correct = Correctness(judged.correct.passed, judged.correct.evidence)
+                item.unsupported = verdict.passed and not verdict.evidence_found
+            grade.correct = Correctness(judged.correct.passed, judged.correct.evidence, judged.correct.evidence_found)
             grade.judge_usage = judged.usage.to_dict() | {"cached": judged.cached}
     for item in grade.behaviours:
         _final(item)
     grade.script = script_use(record)
     graded = [b.verdict for b in grade.behaviours if b.verdict is not None]
-    verdicts = graded + ([grade.correct.judge] if grade.correct else [])
     grade.behaviour_rate = (sum(graded) / len(graded)) if graded else None
-    grade.passed = (all(verdicts) if verdicts else None) if grade.status == GRADED else None
     grade.disagreements = [b.index for b in grade.behaviours if b.judge is not None and b.check is not None and b.judge != b.check]
+    if grade.status == GRADED:
+        # One verdict that fails fails the record; it passes only when every behaviour is
+        # graded and passes; anything between is ungraded and counts in no rate.
+        verdicts = [b.verdict for b in grade.behaviours] + ([grade.correct.verdict] if grade.correct else [])
+        if False in verdicts:
+            grade.passed = False
+        elif verdicts and None not in verdicts:
+            grade.passed = True
+        else:
+            grade.status = UNGRADED
     return grade
 
 

@@ -9,12 +9,16 @@ import re
 
 from .types import ScriptUse
 
-# "Read the X skill before answering", "Activates the Megatron FSDP skill", "Uses the ... skill"
-POSITIVE = re.compile(r"^(?:reads?|loads?|activates?|uses?|consults?|opens?)\b.*\bskill\b", re.IGNORECASE)
-# "Does not activate any skill", "Doesn't load the X skill"
+# A process behaviour names the skill as the object of its verb: "Read the X skill before
+# answering", "Activates the Megatron FSDP skill", "Uses the TP/DP/PP communication overlap
+# skill rather than ...". "Uses ckpt_format from the skill: fsdp_dtensor" is about content.
+_VERB = r"(?:reads?|loads?|activates?|uses?|consults?|opens?)"
+_NAME = r"(?:(?!(?:from|of|in|on|with|as|for|to|by|at)\b)[A-Za-z0-9/-]+\s+){0,4}"
+POSITIVE = re.compile(rf"^{_VERB}\s+(?:the|a|an)\s+{_NAME}skill\b", re.IGNORECASE)
+# "Does not activate any skill", "Doesn't load the X skill", "Activates no skill from this bundle"
 NEGATIVE = re.compile(
-    r"^(?:(?:does\s+not|doesn't|do\s+not|never)\s+(?:read|load|activate|use|consult|open)\b.*\bskill"
-    r"|(?:reads?|loads?|activates?|uses?|consults?|opens?)\s+no\b.*\bskill)",
+    rf"^(?:(?:does\s+not|doesn't|do\s+not|never)\s+(?:read|load|activate|use|consult|open)\s+(?:the|a|an|any)\s+{_NAME}skill\b"
+    rf"|{_VERB}\s+no\s+{_NAME}skills?\b)",
     re.IGNORECASE,
 )
 
@@ -29,9 +33,21 @@ def routing_outcome(expected: str | None, activated: list[str]) -> str:
     return "wrong" if activated else "missed"
 
 
+def activations(record: dict) -> list[str]:
+    """Skills activated, in order: through activate_skill, or by reading the skill's SKILL.md
+    with read_skill_file (the whole skill reached the model either way; records written
+    before the tool counted that read are read the same way)."""
+    out = list(record["activated_skills"])
+    for entry in record.get("files_read") or ():
+        skill, _, path = entry.partition("/")
+        if path == "SKILL.md" and skill not in out:
+            out.append(skill)
+    return out
+
+
 def seen_skills(record: dict) -> list[str]:
     """Skills whose instructions reached the model: activated ones, or the inlined one."""
-    seen = list(record["activated_skills"])
+    seen = activations(record)
     if record.get("inlined_skill") and record["inlined_skill"] not in seen:
         seen.append(record["inlined_skill"])
     return seen

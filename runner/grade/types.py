@@ -1,14 +1,20 @@
-"""Typed grades. In memory every field is always there; `to_dict` writes grades.jsonl in
-its format 1 (keys in the same order, `why` only on transcript-graded behaviours and
-`judge_usage` only where a judge ran), and `from_dict` reads it back."""
+"""Typed grades, written to grades.jsonl (format 2) with every field present.
+
+A behaviour is graded (`verdict` True or False, with its `source`) or ungraded (`verdict`
+None: no grader shown reliable had a say). A record fails when one verdict fails, passes only
+when every behaviour is graded and passes, and is otherwise `ungraded`: it counts in no rate.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-GRADE_FORMAT = 1
-GRADED, RECORD_ERROR, JUDGE_ERROR = "graded", "record_error", "judge_error"
+GRADE_FORMAT = 2
+# A record's grade status. Only GRADED and TURN_LIMIT records count in pass rates.
+GRADED, UNGRADED, TURN_LIMIT = "graded", "ungraded", "turn_limit"
+RECORD_ERROR, JUDGE_ERROR = "record_error", "judge_error"
+COUNTED = (GRADED, TURN_LIMIT)
 CONTENT, PROCESS = "content", "process"
 
 
@@ -19,48 +25,22 @@ class BehaviourGrade:
     kind: str  # content | process
     transcript: bool | None = None  # process behaviours: what the transcript shows
     transcript_why: str | None = None
-    check: bool | None = None  # content behaviours with a deterministic check
+    check: bool | None = None  # what the deterministic check says, where the case has one
+    check_kind: str | None = None  # presence | absence | tripwire | reversed (runner/grade/checks.py)
     check_why: str | None = None
-    judge: bool | None = None
+    judge: bool | None = None  # what the judge said
     evidence: str | None = None  # the judge's quote
     evidence_found: bool | None = None  # whether that quote is in the answer
+    unsupported: bool = False  # a judge YES whose quote is not in the answer: it counts for nothing
     verdict: bool | None = None  # the final verdict; None: ungraded
     source: str | None = None  # transcript | judge | check | None
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "index": self.index,
-            "text": self.text,
-            "kind": self.kind,
-            "transcript": self.transcript,
-            "check": self.check,
-            "check_why": self.check_why,
-            "judge": self.judge,
-            "evidence": self.evidence,
-            "evidence_found": self.evidence_found,
-        }
-        if self.kind == PROCESS:
-            out["why"] = self.transcript_why
-        out["verdict"] = self.verdict
-        out["source"] = self.source
-        return out
+        return asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "BehaviourGrade":
-        return cls(
-            index=data["index"],
-            text=data["text"],
-            kind=data["kind"],
-            transcript=data.get("transcript"),
-            transcript_why=data.get("why"),
-            check=data.get("check"),
-            check_why=data.get("check_why"),
-            judge=data.get("judge"),
-            evidence=data.get("evidence"),
-            evidence_found=data.get("evidence_found"),
-            verdict=data.get("verdict"),
-            source=data.get("source"),
-        )
+        return cls(**{f.name: data[f.name] for f in fields(cls)})
 
 
 @dataclass(frozen=True)
@@ -70,9 +50,6 @@ class ScriptUse:
     cited: bool  # named in the answer
     passed: bool
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"expected": self.expected, "read": self.read, "cited": self.cited, "passed": self.passed}
-
 
 @dataclass(frozen=True)
 class Correctness:
@@ -80,9 +57,12 @@ class Correctness:
 
     judge: bool
     evidence: str
+    evidence_found: bool = True
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"judge": self.judge, "evidence": self.evidence}
+    @property
+    def verdict(self) -> bool | None:
+        """YES counts only with its quote found in the answer."""
+        return (self.judge and self.evidence_found) or (None if self.judge else False)
 
 
 @dataclass
@@ -96,71 +76,42 @@ class RecordGrade:
     expected_skill: str | None
     activated: list[str]
     routing: str | None  # correct | extra | wrong | missed; None where no skill tool was offered
-    tokens: int
     turns: int
-    status: str = GRADED  # graded | record_error | judge_error
+    input_tokens: int | None  # None: some reply carried no token counts
+    output_tokens: int | None
+    cost_usd: float | None  # None: no price, or tokens unknown
+    status: str = GRADED
     error: dict[str, Any] | None = None  # the run record's error, or the judge's
     judge_usage: dict[str, Any] | None = None
     behaviours: list[BehaviourGrade] = field(default_factory=list)
     script: ScriptUse | None = None
     correct: Correctness | None = None
-    behaviour_rate: float | None = None
-    passed: bool | None = None  # None: not graded (an error, or no verdict at all)
+    behaviour_rate: float | None = None  # over graded behaviours
+    passed: bool | None = None  # None: not counted (an error, or an ungraded behaviour)
     disagreements: list[int] = field(default_factory=list)  # behaviour indexes where judge and check differ
 
+    @property
+    def tokens(self) -> int | None:
+        return None if self.input_tokens is None or self.output_tokens is None else self.input_tokens + self.output_tokens
+
+    @property
+    def counted(self) -> bool:
+        return self.status in COUNTED and self.passed is not None
+
+    @property
+    def ungraded(self) -> list[BehaviourGrade]:
+        return [b for b in self.behaviours if b.verdict is None]
+
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "key": self.key,
-            "case": self.case,
-            "owner": self.owner,
-            "case_id": self.case_id,
-            "condition": self.condition,
-            "trial": self.trial,
-            "expected_skill": self.expected_skill,
-            "format": GRADE_FORMAT,
-            "activated": self.activated,
-            "routing": self.routing,
-            "tokens": self.tokens,
-            "turns": self.turns,
-            "status": self.status,
-            "error": self.error,
-        }
-        if self.judge_usage is not None:
-            out["judge_usage"] = self.judge_usage
-        out.update(
-            behaviours=[b.to_dict() for b in self.behaviours],
-            script=self.script.to_dict() if self.script else None,
-            correct=self.correct.to_dict() if self.correct else None,
-            behaviour_rate=self.behaviour_rate,
-            passed=self.passed,
-            disagreements=self.disagreements,
-        )
+        out = {"format": GRADE_FORMAT, **asdict(self)}
         return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "RecordGrade":
         if data.get("format") != GRADE_FORMAT:
             raise ValueError(f"grade format {data.get('format')!r}, expected {GRADE_FORMAT}")
-        script, correct = data.get("script"), data.get("correct")
-        return cls(
-            key=data["key"],
-            case=data["case"],
-            owner=data["owner"],
-            case_id=data["case_id"],
-            condition=data["condition"],
-            trial=data["trial"],
-            expected_skill=data["expected_skill"],
-            activated=list(data["activated"]),
-            routing=data["routing"],
-            tokens=data["tokens"],
-            turns=data["turns"],
-            status=data["status"],
-            error=data.get("error"),
-            judge_usage=data.get("judge_usage"),
-            behaviours=[BehaviourGrade.from_dict(b) for b in data.get("behaviours") or ()],
-            script=ScriptUse(**script) if script else None,
-            correct=Correctness(**correct) if correct else None,
-            behaviour_rate=data.get("behaviour_rate"),
-            passed=data.get("passed"),
-            disagreements=list(data.get("disagreements") or ()),
-        )
+        values = {f.name: data[f.name] for f in fields(cls)}
+        values["behaviours"] = [BehaviourGrade.from_dict(b) for b in data["behaviours"]]
+        values["script"] = ScriptUse(**data["script"]) if data["script"] else None
+        values["correct"] = Correctness(**data["correct"]) if data["correct"] else None
+        return cls(**values)

@@ -3,9 +3,9 @@ labelled answers, read from disk with every value traceable to a file and line.
 Nothing here asks a model or imports torch."""
 
 from .bundle import SOURCE_CHECKOUT, bundle_cases, fingerprint, resolve_bundle, select_cases
-from .cases import AGENTSKILLS, FLAT, Behaviour, Case, EvalsFile, load_cases, read_evals
+from .cases import AGENTSKILLS, FLAT, MAX_CASE_FILE_BYTES, Behaviour, Case, EvalsFile, case_files, check_case_file, files_root, load_cases, read_evals
 from .checks import Check, load_checks, read_checks, sidecar_for
-from .labelled import Labelled, load_labelled, require_labels
+from .labelled import DEV, HELD_OUT, TRAINING, Labelled, load_labelled, require_labels
 from .parsing import Located, SkillDocument, load_json, load_yaml, read_text, split_frontmatter
 from .skills import CARD_FILE, EVALS_FILE, SKILL_FILE, Bundle, Skill, find_bundle, is_bundle, is_skill, load_skill, owning_skill_root
 
@@ -19,13 +19,20 @@ __all__ = [
     "EVALS_FILE",
     "EvalsFile",
     "FLAT",
+    "DEV",
+    "HELD_OUT",
     "Labelled",
+    "TRAINING",
     "Located",
     "SKILL_FILE",
     "SOURCE_CHECKOUT",
     "Skill",
     "SkillDocument",
+    "MAX_CASE_FILE_BYTES",
     "bundle_cases",
+    "case_files",
+    "check_case_file",
+    "files_root",
     "find_bundle",
     "fingerprint",
     "is_bundle",

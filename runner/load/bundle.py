@@ -53,14 +53,16 @@ def bundle_cases(bundle: Bundle) -> list[Case]:
     return cases
 
 
-def select_cases(cases: list[Case], *, skills: list[str] | None = None, pattern: str | None = None, limit: int | None = None) -> list[Case]:
-    """--skill keeps cases of that skill's evals file or expecting that skill; --case is a
-    glob over `owner/id` or the bare id; --limit keeps the first N."""
+def select_cases(cases: list[Case], *, skills: list[str] | None = None, pattern: str | list[str] | tuple[str, ...] | None = None, limit: int | None = None) -> list[Case]:
+    """--skill keeps cases of that skill's evals file or expecting that skill; --case (one
+    glob or several, any of which may match) is over `owner/id` or the bare id; --limit
+    keeps the first N."""
     chosen = cases
     if skills:
         chosen = [c for c in chosen if c.owner in skills or c.expected_skill in skills]
-    if pattern:
-        chosen = [c for c in chosen if fnmatch.fnmatchcase(c.key, pattern) or fnmatch.fnmatchcase(str(c.id), pattern)]
+    patterns = [pattern] if isinstance(pattern, str) else list(pattern or ())
+    if patterns:
+        chosen = [c for c in chosen if any(fnmatch.fnmatchcase(c.key, p) or fnmatch.fnmatchcase(str(c.id), p) for p in patterns)]
     if limit is not None:
         chosen = chosen[:limit]
     return chosen

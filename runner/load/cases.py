@@ -18,6 +18,7 @@ from .skills import owning_skill_root
 
 FLAT = "flat"
 AGENTSKILLS = "agentskills"
+MAX_CASE_FILE_BYTES = 256 * 1024  # a case's attached file goes into the prompt whole
 
 
 @dataclass(frozen=True)
@@ -155,3 +156,40 @@ def load_cases(path: Path) -> list[Case]:
     if evals.findings:
         raise LoadError.from_finding(evals.findings[0])
     return evals.cases
+
+
+def files_root(evals_path: Path) -> Path:
+    """The folder a case's `files` are relative to: the one holding its evals/ folder (a
+    skill's folder, or the bundle for evals/<stem>.json), as in `evals/files/x.py`."""
+    return evals_path.parent.parent
+
+
+def check_case_file(root: Path, name: str) -> str | None:
+    """Why `name` cannot be attached to a case's prompt, or None when it can."""
+    target = (root / name).resolve()
+    if not target.is_relative_to(root.resolve()):
+        return f"file {name!r} is outside {root}"
+    if not target.is_file():
+        return f"file {name!r} does not exist in {root}"
+    size = target.stat().st_size
+    if size > MAX_CASE_FILE_BYTES:
+        return f"file {name!r} has {size} bytes; case files over {MAX_CASE_FILE_BYTES} bytes are refused"
+    raw = target.read_bytes()
+    if b"\x00" in raw:
+        return f"file {name!r} is binary; only UTF-8 text can reach the model"
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return f"file {name!r} is not UTF-8 text"
+    return None
+
+
+def case_files(case: Case) -> list[tuple[str, str]]:
+    """(name, text) of each of the case's files; LoadError for one that cannot be attached."""
+    root, out = files_root(case.source), []
+    for name in case.files:
+        problem = check_case_file(root, name)
+        if problem:
+            raise LoadError(case.source, 1, "evals/missing-file", f"case {case.id!r}: {problem}")
+        out.append((name, (root / name).read_text("utf-8").removeprefix("\ufeff")))
+    return out

@@ -9,6 +9,9 @@ them over an answer is grading (runner/grade/checks.py).
       - behaviour: "<exact text of one expected behaviour>"
         must: ['regex', ...]        # all must match (re.search, MULTILINE)
         must_not: ['regex', ...]    # none may match
+
+A window `[^.\n]` ("within one sentence") does not stop at the dot inside an identifier
+such as `checkpoint.save`: it is compiled as "not a sentence end".
 """
 
 from __future__ import annotations
@@ -21,6 +24,10 @@ from ..core import Finding, LoadError
 from .cases import Case
 from .parsing import load_yaml, read_text
 from .skills import EVALS_FILE
+
+
+SENTENCE_WINDOW = r"[^.\n]"
+WITHIN_SENTENCE = r"(?:[^.\n]|(?<=\w)\.(?=\w))"
 
 
 @dataclass(frozen=True)
@@ -78,7 +85,7 @@ def read_checks(path: Path, cases: list[Case]) -> tuple[dict[str, list[Check]], 
                     continue
                 for n, pattern in enumerate(patterns):
                     try:
-                        compiled[field].append(re.compile(pattern, re.MULTILINE))
+                        compiled[field].append(re.compile(pattern.replace(SENTENCE_WINDOW, WITHIN_SENTENCE), re.MULTILINE))
                     except re.error as exc:
                         findings.append(Finding(str(path), located.line(where + (field, n)), "checks/regex", f"{case_id}[{index}].{field}[{n}]: {exc}"))
             if not compiled["must"] and not compiled["must_not"]:

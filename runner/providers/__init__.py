@@ -45,10 +45,10 @@ BASE_URL_VARIABLES = {"openai": "OPENAI_BASE_URL", "anthropic": "ANTHROPIC_BASE_
 LOCAL_KEY = "unused-local-key"
 
 
-def parse_model(spec: str) -> tuple[str, str]:
+def parse_model(spec: str, flag: str = "--model") -> tuple[str, str]:
     kind, sep, rest = spec.partition(":")
     if not sep or kind not in KINDS or not rest.strip():
-        raise UsageError(f"--model {spec!r}: expected openai:MODEL, anthropic:MODEL or replay:DIR")
+        raise UsageError(f"{flag} {spec!r}: expected openai:MODEL, anthropic:MODEL or replay:DIR")
     return kind, rest.strip()
 
 
@@ -60,18 +60,21 @@ def open_provider(
     api: str | None = None,
     base_url: str | None = None,
     env: Mapping[str, str] = os.environ,
+    flag: str = "--model",
 ) -> Provider:
     """The provider for `spec`; a missing key or a wrong combination is a UsageError here,
-    before any request is made."""
-    kind, model = parse_model(spec)
+    before any request is made, naming the options as the user typed them (`flag` is
+    --model or --judge; --api/--base-url follow it: --judge-api, --judge-base-url)."""
+    api_flag, url_flag = ("--api", "--base-url") if flag == "--model" else (f"{flag}-api", f"{flag}-base-url")
+    kind, model = parse_model(spec, flag)
     if kind == "replay":
         if base_url or api:
-            raise UsageError("--base-url and --api do not apply to replay:DIR")
+            raise UsageError(f"{url_flag} and {api_flag} do not apply to replay:DIR ({flag} {spec})")
         from .replay import Replay
 
         return Replay(Path(model))
     if api not in (None, "chat", "responses") or (api == "responses" and kind != "openai"):
-        raise UsageError(f"--api {api}: only openai: models take --api chat|responses")
+        raise UsageError(f"{api_flag} {api}: only openai: models take {api_flag} chat|responses")
     base_url = base_url or env.get(BASE_URL_VARIABLES[kind]) or None
     variable = KEY_VARIABLES[kind]
     key = env.get(variable, "").strip()
@@ -79,7 +82,7 @@ def open_provider(
         if kind == "openai" and base_url:
             key = LOCAL_KEY
         else:
-            raise UsageError(f"{variable} is not set: {spec} needs it" + (" (or --base-url for a local OpenAI-compatible server)" if kind == "openai" else ""))
+            raise UsageError(f"{variable} is not set: {flag} {spec} needs it" + (f" (or {url_flag} for a local OpenAI-compatible server)" if kind == "openai" else ""))
     if kind == "anthropic":
         from .anthropic_messages import Messages
 
@@ -94,8 +97,9 @@ def open_provider(
 
 
 def price_for(provider: Provider, prices: PriceTable) -> Price | None:
-    """The price of `provider`'s model: an `openai:` model behind --base-url is priced as
-    `openai-compatible` (a local server is not billed at OpenAI's list price)."""
+    """The price of `provider`'s model. Behind --base-url (or OPENAI_BASE_URL /
+    ANTHROPIC_BASE_URL) a model is priced as `openai-compatible` or `anthropic-compatible`:
+    a local server or gateway is not billed at the vendor's list price."""
     identity = provider.identity()
-    kind = "openai-compatible" if identity["provider"] == "openai" and identity.get("base_url") else identity["provider"]
+    kind = f"{identity['provider']}-compatible" if identity.get("base_url") else identity["provider"]
     return prices.lookup(kind, provider.model)

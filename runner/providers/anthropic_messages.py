@@ -46,6 +46,7 @@ def _as_object(arguments: str) -> dict:
 class Messages(LiveProvider):
     name = "anthropic"
     api = "messages"
+    default_url = "https://api.anthropic.com"
 
     def _make_client(self, api_key, base_url):
         import anthropic
@@ -82,9 +83,8 @@ class Messages(LiveProvider):
             if block.type == "text":
                 texts.append(block.text)
             elif block.type == "tool_use":
-                arguments = block.input if isinstance(block.input, str) else json.dumps(block.input)
-                calls.append(ToolCall(block.id, block.name, arguments))
-        usage = Usage()
+                calls.append(ToolCall(block.id, block.name, block.input))
+        usage = Usage.unknown()
         if response.usage is not None:
             usage = Usage(response.usage.input_tokens or 0, response.usage.output_tokens or 0, response.usage.cache_read_input_tokens or 0)
         raw = [block.model_dump(mode="json", exclude_none=True) for block in response.content or ()]

@@ -25,11 +25,27 @@ class Tool:
     parameters: dict  # JSON schema of the arguments object
 
 
+def arguments_text(value: Any) -> str:
+    """Tool-call arguments as the text the model sent. Some OpenAI-compatible servers send a
+    JSON object where the API has a string; it is kept as that object's JSON."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    try:
+        return json.dumps(value)
+    except (TypeError, ValueError):
+        return str(value)
+
+
 @dataclass
 class ToolCall:
     id: str
     name: str
     raw_arguments: str  # exactly what the model sent; may be invalid JSON
+
+    def __post_init__(self) -> None:
+        self.raw_arguments = arguments_text(self.raw_arguments)
 
     @property
     def arguments(self) -> dict | None:
@@ -53,14 +69,27 @@ class Usage:
     input_tokens: int = 0
     output_tokens: int = 0
     cached_input_tokens: int = 0
+    unreported: int = 0  # replies that carried no token counts: their tokens are unknown, not 0
+
+    @classmethod
+    def unknown(cls) -> "Usage":
+        return cls(unreported=1)
+
+    @property
+    def known(self) -> bool:
+        return self.unreported == 0
 
     def add(self, other: "Usage") -> None:
         self.input_tokens += other.input_tokens
         self.output_tokens += other.output_tokens
         self.cached_input_tokens += other.cached_input_tokens
+        self.unreported += other.unreported
 
     def to_dict(self) -> dict:
-        return {"input_tokens": self.input_tokens, "output_tokens": self.output_tokens, "cached_input_tokens": self.cached_input_tokens}
+        out = {"input_tokens": self.input_tokens, "output_tokens": self.output_tokens, "cached_input_tokens": self.cached_input_tokens}
+        if self.unreported:
+            out["unreported"] = self.unreported
+        return out
 
 
 @dataclass

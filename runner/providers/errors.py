@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import json
 import random
 import time
 from typing import Awaitable, Callable, TypeVar
@@ -50,13 +51,56 @@ def retry_after_s(exc: BaseException) -> float | None:
     return None
 
 
-def classify(exc: BaseException, secrets: tuple[str, ...] = ()) -> ProviderError:
-    """Map an openai/anthropic SDK exception (they share their class names) to a kind."""
+def _causes(exc: BaseException):
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        yield exc
+        exc = exc.__cause__ or exc.__context__
+
+
+def _body(exc: BaseException) -> str:
+    """The server's own words for an HTTP error, one line (a bare "Error code: 404" hides a
+    missing route): its JSON error message, else the start of its body."""
+    response = getattr(exc, "response", None)
+    try:
+        text = response.text if response is not None else ""
+    except Exception:  # a body that cannot be read adds nothing
+        return ""
+    try:
+        data = json.loads(text)
+        error = data.get("error") if isinstance(data, dict) else None
+        found = error.get("message") if isinstance(error, dict) else error if isinstance(error, str) else None
+        if isinstance(found, str) and found.strip():
+            text = found
+    except ValueError:
+        pass
+    text = " ".join(str(text).split())
+    return text[:200] + ("..." if len(text) > 200 else "")
+
+
+def _where(exc: BaseException) -> str:
+    request = getattr(exc, "request", None)
+    url = getattr(request, "url", None)
+    return f" at {url}" if url else ""
+
+
+def classify(exc: BaseException, secrets: tuple[str, ...] = (), url: str | None = None) -> ProviderError:
+    """Map an openai/anthropic SDK exception (they share their class names) to a kind,
+    naming the cause as it is: a refused connection is not a timeout."""
     if isinstance(exc, ProviderError):
         return exc
     name = type(exc).__name__
     status = getattr(exc, "status_code", None)
-    message = redact(f"{name}: {exc}", secrets)
+    message = f"{name}: {exc}"
+    body = _body(exc) if isinstance(status, int) else ""
+    if body and body not in message:
+        message += f" (server said: {body})"
+    if status == 404:
+        message += _where(exc)
+    message = redact(message, secrets)
+    if any(isinstance(cause, ConnectionRefusedError) for cause in _causes(exc)):
+        return ProviderError("connection", f"connection refused to {url or 'the server'} (is it running, and is the URL right?)")
     if name == "APITimeoutError" or isinstance(exc, (asyncio.TimeoutError, TimeoutError)):
         return ProviderError("timeout", message)
     if name == "APIConnectionError":
@@ -79,6 +123,7 @@ async def with_rate_limit_patience(
     *,
     extra_rounds: int,
     secrets: tuple[str, ...] = (),
+    url: str | None = None,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
 ) -> T:
     rounds = garbled = 0
@@ -86,7 +131,7 @@ async def with_rate_limit_patience(
         try:
             return await call()
         except Exception as exc:  # SDK errors of every kind end up classified
-            error = classify(exc, secrets)
+            error = classify(exc, secrets, url)
             if error.kind == "protocol" and garbled < PROTOCOL_ROUNDS:
                 garbled += 1
                 await sleep(0.25 * garbled)

@@ -20,6 +20,7 @@ class LiveProvider:
     name = "live"
     api = "live"
     cacheable = True
+    default_url = "the API"
 
     def __init__(self, model: str, settings: Settings, transport: Transport, *, api_key: str, base_url: str | None):
         self.model = model
@@ -43,7 +44,14 @@ class LiveProvider:
         raise NotImplementedError
 
     async def _post(self, path: str, body: dict, cast_to: type) -> Any:
-        return await self.client.post(path, cast_to=cast_to, body=body)
+        result = await self.client.post(path, cast_to=cast_to, body=body)
+        if isinstance(result, str):  # the SDK hands back the text of a non-JSON body
+            raise ProviderError("not_json", f"server returned {_sniff(result)}, not JSON: {' '.join(result.split())[:80]!r}")
+        return result
+
+    @property
+    def url(self) -> str:
+        return self.base_url or self.default_url
 
     def identity(self) -> dict:
         return {"provider": self.name, "api": self.api, "base_url": self.base_url, "model": self.model, "settings": self.settings.to_dict()}
@@ -56,15 +64,24 @@ class LiveProvider:
             return await self._request(system, messages, tools, schema)
 
         try:
-            return await with_rate_limit_patience(call, extra_rounds=self.transport.rate_limit_rounds, secrets=self._secrets)
+            return await with_rate_limit_patience(call, extra_rounds=self.transport.rate_limit_rounds, secrets=self._secrets, url=self.url)
         except ProviderError:
             raise
         except Exception as exc:  # a response the parser could not read
-            raise classify(exc, self._secrets) from None
+            raise classify(exc, self._secrets, self.url) from None
 
     async def aclose(self) -> None:
         if self._client is not None:
             await self._client.close()
+
+
+def _sniff(text: str) -> str:
+    head = text.lstrip()[:64].lower()
+    if head.startswith(("<!doctype html", "<html")) or "<body" in head:
+        return "text/html"
+    if head.startswith(("data:", "event:", ":")):
+        return "text/event-stream"
+    return "text" if head else "an empty body"
 
 
 def protocol_error(what: str) -> ProviderError:

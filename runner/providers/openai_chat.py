@@ -40,6 +40,7 @@ def chat_messages(system: str, messages: list[dict]) -> list[dict]:
 class ChatCompletions(LiveProvider):
     name = "openai"
     api = "chat"
+    default_url = "https://api.openai.com/v1"
 
     takes_seed = True
 
@@ -73,11 +74,11 @@ class ChatCompletions(LiveProvider):
             raise protocol_error("response has no choices")
         choice = response.choices[0]
         calls = [
-            ToolCall(c.id, c.function.name, c.function.arguments or "")
+            ToolCall(c.id, c.function.name, c.function.arguments)
             for c in (choice.message.tool_calls or [])
             if getattr(c, "type", "function") == "function"
         ]
-        usage = Usage()
+        usage = Usage.unknown()
         if response.usage is not None:
             details = response.usage.prompt_tokens_details
             usage = Usage(response.usage.prompt_tokens or 0, response.usage.completion_tokens or 0, (details.cached_tokens or 0) if details else 0)

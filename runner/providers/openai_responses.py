@@ -30,6 +30,7 @@ def response_input(messages: list[dict]) -> list[dict]:
 class Responses(LiveProvider):
     name = "openai"
     api = "responses"
+    default_url = "https://api.openai.com/v1"
 
     def _make_client(self, api_key, base_url):
         return openai_client(api_key, base_url, self.transport)
@@ -56,8 +57,8 @@ class Responses(LiveProvider):
             if item.type == "message":
                 texts.extend(part.text for part in item.content if getattr(part, "type", "") == "output_text")
             elif item.type == "function_call":
-                calls.append(ToolCall(item.call_id, item.name, item.arguments or ""))
-        usage = Usage()
+                calls.append(ToolCall(item.call_id, item.name, item.arguments))
+        usage = Usage.unknown()
         if response.usage is not None:
             details = response.usage.input_tokens_details
             usage = Usage(response.usage.input_tokens or 0, response.usage.output_tokens or 0, (details.cached_tokens or 0) if details else 0)

@@ -21,7 +21,14 @@ class Price:
     output: float
     cached_input: float
 
-    def cost(self, usage: Usage) -> float:
+    @property
+    def free(self) -> bool:
+        return self.input == self.output == self.cached_input == 0
+
+    def cost(self, usage: Usage) -> float | None:
+        """US dollars; None when some reply carried no token counts (unless it costs nothing)."""
+        if not usage.known and not self.free:
+            return None
         fresh = max(usage.input_tokens - usage.cached_input_tokens, 0)
         return (fresh * self.input + usage.cached_input_tokens * self.cached_input + usage.output_tokens * self.output) / 1e6
 

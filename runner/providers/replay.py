@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ..core import LoadError, UsageError
 from ..load import read_text, split_frontmatter
-from .base import ProviderError, Reply, Situation, Tool, ToolCall
+from .base import ProviderError, Reply, Situation, Tool, ToolCall, Usage
 
 ACTIVATE, READ = "activate_skill", "read_skill_file"
 
@@ -101,8 +101,8 @@ class Replay:
             ]
             if len(done) < len(planned):
                 tool, arguments = planned[len(done)]
-                return Reply("", [ToolCall(f"replay-{len(done) + 1}", tool, json.dumps(arguments))], stop_reason="tool_use")
-        return Reply(recorded.text, stop_reason="end")
+                return Reply("", [ToolCall(f"replay-{len(done) + 1}", tool, json.dumps(arguments))], Usage.unknown(), stop_reason="tool_use")
+        return Reply(recorded.text, usage=Usage.unknown(), stop_reason="end")  # a recording has no token counts
 
     async def aclose(self) -> None:
         return None

@@ -1,57 +1,79 @@
-"""The aggregate stage: grades -> the numbers of report.json (schema_version 1).
+"""The aggregate stage: grades -> the numbers of report.json (schema_version 2).
 
-Unit of analysis: a case. A record passes when every graded verdict passes; a case's pass
-rate under a condition is over its trials. Uplift compares conditions case by case (paired),
-with a bootstrap interval over cases and an exact sign test on improved vs regressed
-cases (McNemar's exact test when there is one trial)."""
+Unit of analysis: a case. A record counts when it is graded through (every behaviour has a
+verdict) or ran out of turns (a failure); error, judge-error and ungraded records are left
+out of every rate, every mean and the routing figures, and counted in `coverage` (counted
+records over the records the run asked for) instead. A case's pass rate under a condition
+is over its counted trials. Uplift compares conditions case by case (paired), with a
+bootstrap interval over cases and an exact sign test on improved vs regressed cases
+(McNemar's exact test when there is one trial)."""
 
 from __future__ import annotations
 
 from collections import defaultdict
 from statistics import fmean
+from typing import Any
 
 from .. import stats
-from ..grade import GRADED, JUDGE_ERROR, RECORD_ERROR, RecordGrade
+from ..grade import GRADED, JUDGE_ERROR, RECORD_ERROR, TURN_LIMIT, UNGRADED, RecordGrade
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 BASE = "baseline"
 NONE = "none"
 
 
-def _mean(values: list[float]) -> float | None:
+def _mean(values: list[float | None]) -> float | None:
     values = [v for v in values if v is not None]
     return fmean(values) if values else None
 
 
-def case_table(grades: list[RecordGrade], conditions: list[str]) -> list[dict]:
+def _total(values: list[float | None]) -> float | None:
+    """A sum that is unknown when any part is."""
+    return None if any(v is None for v in values) else sum(values)
+
+
+def _cell(cell: list[RecordGrade], expected: int) -> dict[str, Any]:
+    counted = [g for g in cell if g.counted]
+    n, c = len(counted), sum(1 for g in counted if g.passed)
+    ks = sorted({1, n}) if n else []
+    return {
+        "expected": expected,
+        "records": len(cell),
+        "n": n,
+        "passes": c,
+        "pass_rate": c / n if n else None,
+        "wilson": list(stats.wilson_interval(c, n)) if n else None,
+        "pass_at_k": {str(k): stats.pass_at_k(n, c, k) for k in ks},
+        "pass_hat_k": {str(k): stats.pass_hat_k(n, c, k) for k in ks},
+        "coverage": n / expected if expected else None,
+        "ungraded": sum(1 for g in cell if g.status == UNGRADED),
+        "errors": sum(1 for g in cell if g.status in (RECORD_ERROR, JUDGE_ERROR)),
+        "missing": max(expected - len(cell), 0),
+        "behaviour_rate": _mean([g.behaviour_rate for g in counted]),
+        "correct_rate": _mean([float(g.correct.verdict) for g in counted if g.correct and g.correct.verdict is not None]),
+        "routing": _mean([float(g.routing == "correct") for g in counted if g.routing is not None]),
+        "tokens": _mean([g.tokens for g in counted]),
+        "tokens_unknown": sum(1 for g in counted if g.tokens is None),
+        "turns": _mean([g.turns for g in counted]),
+        "cost_usd": _total([g.cost_usd for g in cell]),
+        "cost_per_record": None if any(g.cost_usd is None for g in counted) else _mean([g.cost_usd for g in counted]),
+    }
+
+
+def case_table(grades: list[RecordGrade], conditions: list[str], case_keys: list[str], trials: int) -> list[dict]:
     by_case: dict[str, dict[str, list[RecordGrade]]] = defaultdict(lambda: defaultdict(list))
     meta: dict[str, dict] = {}
+    for key in case_keys:
+        owner, _, case_id = key.partition("/")
+        meta[key] = {"case": key, "owner": owner, "case_id": case_id, "expected_skill": None}
     for g in grades:
         by_case[g.case][g.condition].append(g)
         meta[g.case] = {"case": g.case, "owner": g.owner, "case_id": g.case_id, "expected_skill": g.expected_skill}
     rows = []
-    for key in sorted(by_case):
+    for key in sorted(meta):
         row = dict(meta[key], conditions={})
         for condition in conditions:
-            cell = by_case[key].get(condition, [])
-            graded = [g for g in cell if g.passed is not None]
-            n, c = len(graded), sum(1 for g in graded if g.passed)
-            ks = sorted({1, n}) if n else []
-            row["conditions"][condition] = {
-                "records": len(cell),
-                "n": n,
-                "passes": c,
-                "pass_rate": c / n if n else None,
-                "wilson": list(stats.wilson_interval(c, n)) if n else None,
-                "pass_at_k": {str(k): stats.pass_at_k(n, c, k) for k in ks},
-                "pass_hat_k": {str(k): stats.pass_hat_k(n, c, k) for k in ks},
-                "behaviour_rate": _mean([g.behaviour_rate for g in graded]),
-                "correct_rate": _mean([float(g.correct.judge) for g in graded if g.correct]),
-                "routing": _mean([float(g.routing in ("correct",)) for g in cell if g.routing is not None]),
-                "tokens": _mean([g.tokens for g in cell]),
-                "turns": _mean([g.turns for g in cell]),
-                "errors": sum(1 for g in cell if g.status != GRADED),
-            }
+            row["conditions"][condition] = _cell(by_case[key].get(condition, []), trials)
         for condition in conditions:
             if condition == BASE:
                 continue
@@ -68,18 +90,28 @@ def summarise(rows: list[dict], grades: list[RecordGrade], conditions: list[str]
     chosen = {r["case"] for r in rows}
     for condition in conditions:
         cells = [r["conditions"][condition] for r in rows]
-        pooled = [g for g in grades if g.case in chosen and g.condition == condition and g.passed is not None]
+        cell = [g for g in grades if g.case in chosen and g.condition == condition]
+        pooled = [g for g in cell if g.counted]
         c = sum(1 for g in pooled if g.passed)
+        expected = sum(x["expected"] for x in cells)
         out["conditions"][condition] = {
             "pass_rate": _mean([x["pass_rate"] for x in cells]),
             "records": len(pooled),
             "passes": c,
             "wilson": list(stats.wilson_interval(c, len(pooled))) if pooled else None,
-            "behaviour_rate": _mean([x["behaviour_rate"] for x in cells]),
+            "expected": expected,
+            "coverage": len(pooled) / expected if expected else None,
+            "ungraded": sum(x["ungraded"] for x in cells),
+            "errors": sum(x["errors"] for x in cells),
+            "missing": sum(x["missing"] for x in cells),
+            "behaviour_rate": _mean([g.behaviour_rate for g in pooled]),
             "correct_rate": _mean([x["correct_rate"] for x in cells]),
-            "routing": _mean([x["routing"] for x in cells]),
-            "tokens": _mean([x["tokens"] for x in cells]),
-            "turns": _mean([x["turns"] for x in cells]),
+            "routing": _mean([float(g.routing == "correct") for g in pooled if g.routing is not None]),
+            "tokens": _mean([g.tokens for g in pooled]),
+            "tokens_unknown": sum(1 for g in pooled if g.tokens is None),
+            "turns": _mean([g.turns for g in pooled]),
+            "cost_usd": _total([g.cost_usd for g in cell]),
+            "cost_per_record": None if any(g.cost_usd is None for g in pooled) else _mean([g.cost_usd for g in pooled]),
         }
     for condition in conditions:
         if condition == BASE or BASE not in conditions:
@@ -93,6 +125,9 @@ def summarise(rows: list[dict], grades: list[RecordGrade], conditions: list[str]
             entry.update(mean=mean, lo=lo, hi=hi)
         else:
             entry.update(mean=None, lo=None, hi=None)
+        a, b = out["conditions"][condition]["cost_per_record"], out["conditions"][BASE]["cost_per_record"]
+        # what one point of uplift costs per record, on top of the baseline
+        entry["cost_per_point"] = (a - b) / (100 * entry["mean"]) if entry["mean"] and entry["mean"] > 0 and a is not None and b is not None else None
         out["uplift"][condition] = entry
     return out
 
@@ -100,7 +135,7 @@ def summarise(rows: list[dict], grades: list[RecordGrade], conditions: list[str]
 def routing(grades: list[RecordGrade], skill_names: list[str]) -> dict | None:
     pairs, outcomes = [], defaultdict(int)
     for g in grades:
-        if g.routing is None or g.status == RECORD_ERROR:
+        if g.routing is None or not g.counted:
             continue
         outcomes[g.routing] += 1
         expected = g.expected_skill or NONE
@@ -122,10 +157,16 @@ def behaviour_table(grades: list[RecordGrade], conditions: list[str]) -> list[di
     cells: dict[tuple, dict] = {}
     for g in grades:
         for b in g.behaviours:
-            entry = cells.setdefault((g.case, b.index), {"case": g.case, "index": b.index, "text": b.text, "kind": b.kind, "source": set(), "results": defaultdict(list)})
+            entry = cells.setdefault(
+                (g.case, b.index), {"case": g.case, "index": b.index, "text": b.text, "kind": b.kind, "source": set(), "results": defaultdict(list), "ungraded": 0, "unsupported": 0, "disagreements": 0}
+            )
             if b.verdict is not None:
                 entry["results"][g.condition].append(b.verdict)
                 entry["source"].add(b.source)
+            else:
+                entry["ungraded"] += 1
+            entry["unsupported"] += int(b.unsupported)
+            entry["disagreements"] += int(b.index in g.disagreements)
     rows = []
     for (case, index), entry in sorted(cells.items()):
         rates = {c: (sum(v) / len(v) if (v := entry["results"].get(c)) else None) for c in conditions}
@@ -133,43 +174,73 @@ def behaviour_table(grades: list[RecordGrade], conditions: list[str]) -> list[di
         flag = None
         if len(known) == len(conditions) and len(conditions) > 1:
             flag = "always-passes" if all(r == 1 for r in known) else "never-passes" if all(r == 0 for r in known) else None
-        rows.append({"case": case, "index": index, "text": entry["text"], "kind": entry["kind"], "sources": sorted(entry["source"]), "rates": rates, "flag": flag})
+        rows.append(
+            {"case": case, "index": index, "text": entry["text"], "kind": entry["kind"], "sources": sorted(entry["source"]), "rates": rates, "flag": flag,
+             "ungraded": entry["ungraded"], "unsupported": entry["unsupported"], "disagreements": entry["disagreements"]}
+        )
     return rows
 
 
-def build(run_info: dict, grades: list[RecordGrade], *, skill_names: list[str], judge: dict | None, fingerprint_now: str | None, checks_cases: int, resamples: int = 10000, seed: int = 0) -> dict:
+def _judge_figures(grades: list[RecordGrade]) -> dict:
+    yes = [b for g in grades for b in g.behaviours if b.judge]
+    unsupported = [b for b in yes if b.unsupported]
+    correct_yes = [g.correct for g in grades if g.correct and g.correct.judge]
+    correct_unsupported = [c for c in correct_yes if not c.evidence_found]
+    return {
+        "yes": len(yes),
+        "unsupported": len(unsupported),
+        "unsupported_rate": len(unsupported) / len(yes) if yes else None,
+        "correct_yes": len(correct_yes),
+        "correct_unsupported": len(correct_unsupported),
+    }
+
+
+def build(run_info: dict, grades: list[RecordGrade], *, skill_names: list[str], judge: dict | None, fingerprint_now: str | None, checks_cases: int, completeness: dict, needs_judge: list[dict] | None = None, resamples: int = 10000, seed: int = 0) -> dict:
     conditions = list(run_info["conditions"])
-    rows = case_table(grades, conditions)
+    trials = int(run_info["trials"])
+    rows = case_table(grades, conditions, list(run_info.get("cases") or sorted({g.case for g in grades})), trials)
     groups = {}
     for owner in sorted({r["owner"] for r in rows}):
         groups[owner] = summarise([r for r in rows if r["owner"] == owner], grades, conditions, resamples=resamples, seed=seed)
     behaviours = behaviour_table(grades, conditions)
     errors: dict[str, int] = defaultdict(int)
     for g in grades:
-        if g.status != GRADED:
+        if g.status in (RECORD_ERROR, JUDGE_ERROR):
             errors[f"{g.status}:{g.error['kind']}"] += 1
     model = run_info["model"]
+    graders = defaultdict(int)
+    for g in grades:
+        for b in g.behaviours:
+            if b.index in g.disagreements:
+                graders["judge says YES, check says NO" if b.judge else "judge says NO, check says YES"] += 1
     return {
         "schema_version": SCHEMA_VERSION,
         "run": {
             "model": model,
             "conditions": conditions,
-            "trials": run_info["trials"],
+            "trials": trials,
             "records": len(grades),
             "bundle_fingerprint": run_info.get("bundle_fingerprint"),
             "bundle_changed_since_run": fingerprint_now is not None and fingerprint_now != run_info.get("bundle_fingerprint"),
         },
+        "completeness": completeness,
         "grading": {
             "judge": judge,
             "judge_is_model_under_test": bool(judge) and judge.get("provider") == model.get("provider") and judge.get("model") == model.get("model"),
             "cases_with_checks": checks_cases,
             "behaviours": sum(len(g.behaviours) for g in grades),
             "behaviours_graded": sum(1 for g in grades for b in g.behaviours if b.verdict is not None),
+            "judge_verdicts": _judge_figures(grades) if judge else None,
+            "needs_judge": needs_judge or [],
             "bootstrap": {"resamples": resamples, "seed": seed, "confidence": 0.95},
         },
         "health": {
             "record_errors": sum(1 for g in grades if g.status == RECORD_ERROR),
             "judge_errors": sum(1 for g in grades if g.status == JUDGE_ERROR),
+            "ungraded": sum(1 for g in grades if g.status == UNGRADED),
+            "turn_limits": sum(1 for g in grades if g.status == TURN_LIMIT),
+            "counted": sum(1 for g in grades if g.counted),
+            "graded": sum(1 for g in grades if g.status == GRADED),
             "by_kind": dict(errors),
         },
         "overall": summarise(rows, grades, conditions, resamples=resamples, seed=seed),
@@ -177,10 +248,17 @@ def build(run_info: dict, grades: list[RecordGrade], *, skill_names: list[str], 
         "cases": rows,
         "routing": routing(grades, skill_names),
         "behaviours": behaviours,
+        "unsupported": [
+            {"key": g.key, "index": b.index, "text": b.text, "evidence": b.evidence}
+            for g in grades
+            for b in g.behaviours
+            if b.unsupported
+        ],
         "disagreements": [
-            {"key": g.key, "index": b.index, "text": b.text, "judge": b.judge, "check": b.check, "check_why": b.check_why}
+            {"key": g.key, "index": b.index, "text": b.text, "judge": b.judge, "check": b.check, "check_kind": b.check_kind, "check_why": b.check_why, "verdict": b.verdict, "source": b.source}
             for g in grades
             for b in g.behaviours
             if b.index in g.disagreements
         ],
+        "disagreement_counts": dict(graders),
     }

@@ -8,24 +8,29 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from ..core import write_atomic
-from ..grade import GRADED, RecordGrade
+from ..grade import JUDGE_ERROR, RECORD_ERROR, TURN_LIMIT, UNGRADED, RecordGrade
 from .aggregate import BASE
 
 DIMENSIONS = (
     ("pass_rate", "pass rate (every verdict passes)", "rate"),
+    ("coverage", "coverage (records counted / asked for)", "rate"),
     ("behaviour_rate", "behaviours passed", "rate"),
     ("correct_rate", "correct vs ground truth (judge)", "rate"),
     ("routing", "routing: expected skill only", "rate"),
     ("tokens", "tokens per record", "number"),
     ("turns", "model turns per record", "number"),
+    ("cost_per_record", "cost per record, USD", "usd"),
+    ("cost_usd", "cost of the records, USD", "usd"),
 )
 
 
 def _fmt(value, kind: str = "rate") -> str:
     if value is None:
-        return "n/a"
+        return "n/a" if kind == "rate" else "unknown"
     if kind == "rate":
         return f"{100 * value:.0f}%"
+    if kind == "usd":
+        return f"${value:.4f}"
     return f"{value:,.0f}" if value >= 100 else f"{value:.1f}"
 
 
@@ -43,16 +48,39 @@ def _group_table(summary: dict, conditions: list[str]) -> list[str]:
         cells = [_fmt(summary["conditions"][c][key], kind) for c in conditions]
         diffs = []
         for c in uplifts:
+            a, b = summary["conditions"][c][key], summary["conditions"][BASE][key]
             if key == "pass_rate":
                 diffs.append(_uplift(summary["uplift"][c]))
+            elif key == "cost_per_record":
+                per_point = summary["uplift"][c]["cost_per_point"]
+                diffs.append("unknown" if a is None or b is None else f"{a - b:+.4f}" + (f" (${per_point:.5f} per point of uplift)" if per_point is not None else ""))
+            elif a is None or b is None:
+                diffs.append("n/a")
             else:
-                a, b = summary["conditions"][c][key], summary["conditions"][BASE][key]
-                diffs.append("n/a" if a is None or b is None else (f"{100 * (a - b):+.0f} pts" if kind == "rate" else f"{a - b:+,.0f}"))
+                diffs.append(f"{100 * (a - b):+.0f} pts" if kind == "rate" else f"{a - b:+.4f}" if kind == "usd" else f"{a - b:+,.0f}")
         lines.append("| " + " | ".join([label, *cells, *diffs]) + " |")
     wilson = [summary["conditions"][c]["wilson"] for c in conditions]
     lines.append("| records passing, Wilson 95% | " + " | ".join(
         f"{summary['conditions'][c]['passes']}/{summary['conditions'][c]['records']} [{100 * w[0]:.0f}, {100 * w[1]:.0f}]" if w else "n/a" for c, w in zip(conditions, wilson)
     ) + " |" + " |" * len(uplifts))
+    lines.append("| left out: ungraded / errors / missing | " + " | ".join(
+        f"{summary['conditions'][c]['ungraded']} / {summary['conditions'][c]['errors']} / {summary['conditions'][c]['missing']}" for c in conditions
+    ) + " |" + " |" * len(uplifts))
+    return lines
+
+
+def banner(report: dict) -> list[str]:
+    """What every report says first: how complete the run and its grading are."""
+    done, health = report["completeness"], report["health"]
+    lines = []
+    if not done["complete"]:
+        state = ", an eval is still writing it" if done["in_progress"] else ""
+        lines.append(f"incomplete: {done['finished']} of {done['expected']} records ({done['missing']} missing, {done['errors']} ended in an error{state})")
+    left = [f"{health['ungraded']} ungraded", f"{health['record_errors']} that did not run", f"{health['judge_errors']} the judge could not grade"]
+    lines.append(f"{health['counted']} of {report['run']['records']} records count in the rates ({health['turn_limits']} ran out of turns and count as failures); left out of every rate and mean: {', '.join(left)}")
+    judge = report["grading"]["judge_verdicts"]
+    if judge and judge["unsupported"]:
+        lines.append(f"the judge's YES was unsupported (its quote is not in the answer) {judge['unsupported']} times of {judge['yes']} ({100 * judge['unsupported_rate']:.0f}%); those verdicts count for nothing")
     return lines
 
 
@@ -60,11 +88,12 @@ def benchmark_md(report: dict) -> str:
     run, grading, conditions = report["run"], report["grading"], report["run"]["conditions"]
     model = run["model"]
     judge = grading["judge"]
-    lines = [
-        f"# Benchmark: {model['provider']}:{model['model']}",
+    lines = [f"# Benchmark: {model['provider']}:{model['model']}", ""]
+    lines += [f"> **{line[0].upper() + line[1:]}.**" if i == 0 and not report["completeness"]["complete"] else f"> {line}." for i, line in enumerate(banner(report))]
+    lines += [
         "",
         f"{run['records']} records: {len(report['cases'])} cases x {len(conditions)} conditions ({', '.join(conditions)}) x {run['trials']} trials. "
-        f"Graded by: transcript, deterministic checks ({grading['cases_with_checks']} cases have them)"
+        f"Graded by: transcript, deterministic checks ({grading['cases_with_checks']} of the run's cases have them)"
         + (f", judge {judge['provider']}:{judge['model']}" if judge else ", no judge")
         + f"; {grading['behaviours_graded']} of {grading['behaviours']} behaviour verdicts graded.",
         "",
@@ -73,17 +102,14 @@ def benchmark_md(report: dict) -> str:
         lines += ["> **Warning:** the judge is the model under test; its verdicts may favour its own answers.", ""]
     if run["bundle_changed_since_run"]:
         lines += ["> **Warning:** the bundle changed since this run; grades use the current eval files.", ""]
-    health = report["health"]
-    if health["record_errors"] or health["judge_errors"]:
-        lines += [f"> **Incomplete:** {health['record_errors']} records failed to run and {health['judge_errors']} failed to grade ({', '.join(f'{k} {v}' for k, v in sorted(health['by_kind'].items()))}); they are left out of every rate.", ""]
-    lines += ["Uplift is in percentage points of case pass rate, with a paired bootstrap 95% interval over cases, cases improved/regressed, and an exact sign test.", ""]
+    lines += ["Uplift is in percentage points of case pass rate, with a paired bootstrap 95% interval over cases, cases improved/regressed, and an exact sign test. Cost per point of uplift is the extra cost per record over the baseline divided by the points gained.", ""]
     lines += ["## Overall", "", *_group_table(report["overall"], conditions), ""]
     for owner, summary in report["groups"].items():
         lines += [f"## {owner} ({summary['cases']} cases)", "", *_group_table(summary, conditions), ""]
     routing = report["routing"]
     if routing:
         labels = routing["labels"]
-        lines += ["## Routing (skills condition)", "", f"Accuracy {_fmt(routing['accuracy'])} over {routing['records']} records. Rows: expected skill; columns: first skill activated.", ""]
+        lines += ["## Routing (skills condition)", "", f"Accuracy {_fmt(routing['accuracy'])} over {routing['records']} counted records. Rows: expected skill; columns: first skill activated.", ""]
         lines += ["| expected \\ activated | " + " | ".join(labels) + " | recall |", "|" + "---|" * (len(labels) + 2)]
         for label in labels:
             lines.append(f"| {label} | " + " | ".join(str(routing["matrix"][label][other]) for other in labels) + f" | {_fmt(routing['per_label'][label]['recall'])} |")
@@ -96,20 +122,39 @@ def benchmark_md(report: dict) -> str:
             row = next(r for r in report["cases"] if r["case"] == case)
             lines.append(f"| {case} | {condition} | {change} | {_fmt(row['conditions'][BASE]['pass_rate'])} | {_fmt(row['conditions'][condition]['pass_rate'])} |")
         lines.append("")
+    if grading["needs_judge"]:
+        lines += ["## Behaviours that need a judge", "", "No deterministic check covers these; without `--judge` they stay ungraded, and so do their records.", ""]
+        lines += [f"- `{b['case']}` #{b['index'] + 1}: {b['text']}" for b in grading["needs_judge"]]
+        lines.append("")
+    ungraded = [b for b in report["behaviours"] if b["ungraded"]]
+    if ungraded:
+        lines += ["## Ungraded behaviours", "", "No grader shown reliable settled these (a check that found nothing is weak evidence; a judge YES without its quote counts for nothing).", ""]
+        lines += [f"- `{b['case']}` #{b['index'] + 1} ({b['ungraded']} records): {b['text']}" for b in ungraded]
+        lines.append("")
     flagged = [b for b in report["behaviours"] if b["flag"]]
     if flagged:
         lines += ["## Behaviours that do not discriminate", "", "These pass (or fail) under every condition, so they do not measure the skill.", ""]
         lines += [f"- `{b['case']}` #{b['index'] + 1} ({b['flag']}): {b['text']}" for b in flagged]
         lines.append("")
+    if report["unsupported"]:
+        lines += ["## Unsupported judge verdicts", ""]
+        lines += [f"- `{u['key']}` #{u['index'] + 1}: {u['text']} (quote {u['evidence'][:80]!r} is not in the answer)" for u in report["unsupported"]]
+        lines.append("")
     if report["disagreements"]:
-        lines += ["## Judge and checks disagree", ""]
-        lines += [f"- `{d['key']}` #{d['index'] + 1}: judge {'YES' if d['judge'] else 'NO'}, check {'YES' if d['check'] else 'NO'} ({d['check_why']}): {d['text']}" for d in report["disagreements"]]
+        counts = ", ".join(f"{k} {v}" for k, v in sorted(report["disagreement_counts"].items()))
+        lines += ["## Judge and checks disagree", "", f"{len(report['disagreements'])} verdicts ({counts}).", ""]
+        lines += [f"- `{d['key']}` #{d['index'] + 1}: judge {'YES' if d['judge'] else 'NO'}, check {'YES' if d['check'] else 'NO'} ({d['check_kind']}: {d['check_why']}); verdict {d['verdict']} from {d['source']}: {d['text']}" for d in report["disagreements"]]
         lines.append("")
     return "\n".join(lines)
 
 
 def junit_xml(report: dict, grades: list[RecordGrade]) -> str:
     suites = ET.Element("testsuites", name="mbskills eval")
+    done = report["completeness"]
+    if not done["complete"]:
+        suite = ET.SubElement(suites, "testsuite", name="run", tests="1", failures="0", errors="1")
+        test = ET.SubElement(suite, "testcase", classname="run", name="completeness")
+        ET.SubElement(test, "error", message=banner(report)[0])
     by_condition: dict[str, list[RecordGrade]] = {}
     for g in grades:
         by_condition.setdefault(g.condition, []).append(g)
@@ -119,12 +164,13 @@ def junit_xml(report: dict, grades: list[RecordGrade]) -> str:
         for g in cell:
             per_case.setdefault(g.case, []).append(g)
         suite = ET.SubElement(suites, "testsuite", name=condition, tests=str(len(per_case)))
-        failures = errors = 0
+        failures = errors = skipped = 0
         for case in sorted(per_case):
             trials = sorted(per_case[case], key=lambda g: g.trial)
             test = ET.SubElement(suite, "testcase", classname=f"{condition}.{trials[0].owner}", name=str(trials[0].case_id))
-            broken = [g for g in trials if g.status != GRADED]
+            broken = [g for g in trials if g.status in (RECORD_ERROR, JUDGE_ERROR)]
             failed = [g for g in trials if g.passed is False]
+            ungraded = [g for g in trials if g.status == UNGRADED]
             if broken:
                 errors += 1
                 ET.SubElement(test, "error", message=f"{len(broken)} of {len(trials)} trials not graded: " + "; ".join(f"{g.error['kind']}: {g.error['message']}" for g in broken)[:500])
@@ -132,24 +178,34 @@ def junit_xml(report: dict, grades: list[RecordGrade]) -> str:
                 failures += 1
                 detail = []
                 for g in failed:
-                    missed = [f"#{b.index + 1} {b.text}" for b in g.behaviours if b.verdict is False]
-                    if g.correct and not g.correct.judge:
+                    missed = ["ran out of turns without an answer"] if g.status == TURN_LIMIT else [f"#{b.index + 1} {b.text}" for b in g.behaviours if b.verdict is False]
+                    if g.correct and g.correct.verdict is False:
                         missed.append("answer incorrect vs ground truth")
                     detail.append(f"trial {g.trial}: " + "; ".join(missed))
                 node = ET.SubElement(test, "failure", message=f"{len(failed)} of {len(trials)} trials failed")
                 node.text = "\n".join(detail)
-            elif all(g.passed is None for g in trials):
-                ET.SubElement(test, "skipped", message="no graded verdict (no judge and no check for its behaviours)")
+            elif ungraded:
+                skipped += 1
+                open_items = sorted({f"#{b.index + 1}" for g in ungraded for b in g.ungraded})
+                ET.SubElement(test, "skipped", message=f"{len(ungraded)} of {len(trials)} trials ungraded (behaviours {', '.join(open_items) or 'correctness'} have no reliable verdict; a judge can settle them)")
         suite.set("failures", str(failures))
         suite.set("errors", str(errors))
+        suite.set("skipped", str(skipped))
     ET.indent(suites)
     return ET.tostring(suites, encoding="unicode", xml_declaration=True) + "\n"
 
 
-def gates(report: dict, *, fail_under_uplift: float | None, fail_under_pass: float | None, fail_on_regression: bool, condition: str = "skills") -> list[str]:
-    """The gate failures, each one line; empty when every gate holds."""
+def gates(report: dict, *, fail_under_uplift: float | None, fail_under_pass: float | None, fail_on_regression: bool, min_coverage: float | None = None, condition: str = "skills") -> list[str]:
+    """The gate failures, each one line; empty when every gate holds. `min_coverage` holds
+    for every condition of the run: a rate over too few counted records proves nothing."""
     failed = []
     overall = report["overall"]
+    if min_coverage is not None:
+        for name, cell in overall["conditions"].items():
+            coverage = cell["coverage"]
+            if coverage is None or coverage < min_coverage:
+                shown = "n/a" if coverage is None else f"{coverage:.3f}"
+                failed.append(f"coverage under {name} {shown} < {min_coverage:.3f} ({cell['records']} of {cell['expected']} records counted; {cell['ungraded']} ungraded, {cell['errors']} errors, {cell['missing']} missing)")
     if fail_under_uplift is not None:
         uplift = overall["uplift"].get(condition)
         if not uplift or uplift["mean"] is None:
@@ -165,6 +221,8 @@ def gates(report: dict, *, fail_under_uplift: float | None, fail_under_pass: flo
         regressed = [r["case"] for r in report["cases"] if (r.get("change") or {}).get(condition) == "regressed"]
         if regressed:
             failed.append(f"{len(regressed)} cases regressed under {condition}: {', '.join(regressed[:5])}{' ...' if len(regressed) > 5 else ''}")
+        if condition not in overall["conditions"] or "baseline" not in overall["conditions"]:
+            failed.append(f"--fail-on-regression: the run has no {condition} and baseline conditions to compare")
     return failed
 
 

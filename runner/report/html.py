@@ -5,6 +5,7 @@ from __future__ import annotations
 from importlib import resources
 
 from .aggregate import BASE
+from .files import banner
 
 TEMPLATE = "templates/report.html.j2"
 
@@ -45,4 +46,4 @@ def render(report: dict) -> str:
     grid = []
     for row in report["behaviours"]:
         grid.append({**row, "cells": [(c, row["rates"].get(c), _colour(row["rates"].get(c))) for c in conditions]})
-    return template.render(report=report, conditions=conditions, base=BASE, uplifts=uplift_rows(report), grid=grid, colour=_colour)
+    return template.render(report=report, conditions=conditions, base=BASE, uplifts=uplift_rows(report), grid=grid, colour=_colour, banner=banner(report))

@@ -6,16 +6,37 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..core import defaults
+from ..core import UsageError, defaults
 from ..grade import GradedRun
 from .aggregate import build
-from .files import gates, write_all
+from .files import banner, gates, write_all
 
 @dataclass(frozen=True)
 class Gates:
+    """The CI gates. Whenever one is given, coverage must be at least `min_coverage`
+    (default 1.0): a gate never passes on records that were not graded."""
+
     fail_under_uplift: float | None = None
     fail_under_pass: float | None = None
     fail_on_regression: bool = False
+    min_coverage: float | None = None
+
+    def __post_init__(self) -> None:
+        for option, value, low, high, hint in (
+            ("--fail-under-uplift", self.fail_under_uplift, -1.0, 1.0, "a fraction of case pass rate: 0.10 is ten points"),
+            ("--fail-under-pass", self.fail_under_pass, 0.0, 1.0, "a fraction: 0.8 is 80%"),
+            ("--min-coverage", self.min_coverage, 0.0, 1.0, "a fraction of the records asked for"),
+        ):
+            if value is not None and not low <= value <= high:  # NaN fails this too
+                raise UsageError(f"{option} {value}: must be between {low:g} and {high:g} ({hint})")
+
+    @property
+    def given(self) -> bool:
+        return self.fail_under_uplift is not None or self.fail_under_pass is not None or self.fail_on_regression or self.min_coverage is not None
+
+    @property
+    def coverage_floor(self) -> float | None:
+        return self.min_coverage if self.min_coverage is not None else (1.0 if self.given else None)
 
 
 @dataclass
@@ -23,7 +44,8 @@ class Published:
     report: dict
     paths: list[Path]
     summary: str  # "graded N records: baseline 67%, ..."
-    harness: str | None  # records that did not run or could not be graded; None: none
+    banner: list[str]  # completeness and what was left out, as every report says it
+    harness: str | None  # answers the judge could not grade; None: none
     failed_gates: list[str] = field(default_factory=list)
 
 
@@ -31,8 +53,9 @@ def _summary(report: dict, records: int) -> str:
     overall = report["overall"]
     parts = []
     for condition, cell in overall["conditions"].items():
-        rate = cell["pass_rate"]
-        parts.append(f"{condition} {'n/a' if rate is None else f'{100 * rate:.0f}%'}")
+        rate, coverage = cell["pass_rate"], cell["coverage"]
+        shown = "n/a" if rate is None else f"{100 * rate:.0f}%"
+        parts.append(f"{condition} {shown}" + ("" if coverage == 1 else f" (coverage {'n/a' if coverage is None else f'{100 * coverage:.0f}%'})"))
     for condition, entry in overall["uplift"].items():
         if entry["mean"] is not None:
             parts.append(f"uplift {condition} {100 * entry['mean']:+.0f} pts [{100 * entry['lo']:+.0f}, {100 * entry['hi']:+.0f}]")
@@ -41,15 +64,16 @@ def _summary(report: dict, records: int) -> str:
 
 def _harness(report: dict) -> str | None:
     health = report["health"]
-    if not (health["record_errors"] or health["judge_errors"]):
+    if not health["judge_errors"]:
         return None
     kinds = ", ".join(f"{k} {v}" for k, v in sorted(health["by_kind"].items()))
-    return f"harness failures: {health['record_errors']} records did not run, {health['judge_errors']} could not be graded ({kinds})"
+    return f"harness failures: {health['judge_errors']} records could not be graded ({kinds}); rerun grade, or pass --allow-incomplete to let the gates decide"
 
 
-def publish(graded: GradedRun, gate: Gates = Gates(), *, resamples: int = defaults.RESAMPLES, seed: int = defaults.SEED) -> Published:
-    """Build the report, write every file into the run directory, and judge the gates
-    (not judged when the harness failed: that outcome comes first)."""
+def publish(graded: GradedRun, gate: Gates = Gates(), *, resamples: int = defaults.RESAMPLES, seed: int = defaults.SEED, allow_incomplete: bool = False) -> Published:
+    """Build the report, write every file into the run directory, and judge the gates (not
+    judged when the judge failed on some answers, unless `allow_incomplete`: that outcome
+    comes first)."""
     report = build(
         graded.info,
         graded.grades,
@@ -57,10 +81,12 @@ def publish(graded: GradedRun, gate: Gates = Gates(), *, resamples: int = defaul
         judge=graded.judge,
         fingerprint_now=graded.fingerprint_now,
         checks_cases=graded.checks_cases,
+        completeness=graded.status.to_dict(),
+        needs_judge=graded.needs_judge,
         resamples=resamples,
         seed=seed,
     )
     paths = write_all(graded.path, report, graded.grades)
-    harness = _harness(report)
-    failed = [] if harness else gates(report, fail_under_uplift=gate.fail_under_uplift, fail_under_pass=gate.fail_under_pass, fail_on_regression=gate.fail_on_regression)
-    return Published(report, paths, _summary(report, len(graded.grades)), harness, failed)
+    harness = None if allow_incomplete else _harness(report)
+    failed = [] if harness else gates(report, fail_under_uplift=gate.fail_under_uplift, fail_under_pass=gate.fail_under_pass, fail_on_regression=gate.fail_on_regression, min_coverage=gate.coverage_floor)
+    return Published(report, paths, _summary(report, len(graded.grades)), banner(report), harness, failed)

@@ -4,12 +4,13 @@ directory; and read run directories back (`show`, grading)."""
 
 from .evaluate import EvalRequest, run_eval
 from .plan import CONDITIONS, Summary
-from .rundir import load_run, read_records, record_key
+from .rundir import RunStatus, load_run, read_records, record_key, run_status
 from .show import records_json, records_table, select_records, transcript
 
 __all__ = [
     "CONDITIONS",
     "EvalRequest",
+    "RunStatus",
     "Summary",
     "load_run",
     "read_records",
@@ -17,6 +18,7 @@ __all__ = [
     "records_table",
     "record_key",
     "run_eval",
+    "run_status",
     "select_records",
     "transcript",
 ]

@@ -1,7 +1,9 @@
 """One record: a case under one condition and trial, run as an agent loop.
 
-The model answers, or calls skill tools and is asked again, up to `max_turns` requests.
-Every request goes through the response cache first."""
+The model answers, or calls skill tools and is asked again, up to `max_turns` requests;
+a record that runs out of turns without an answer has status `turn_limit`, never `ok`.
+Every request goes through the response cache first. A case's files reach the model under
+every condition, attached to the user message."""
 
 from __future__ import annotations
 
@@ -9,10 +11,10 @@ import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from ..load import Case, Skill
+from ..load import Case, Skill, case_files
 from ..providers import Price, Provider, ProviderError, Situation, Usage, request_key
 from .conditions import setup
-from .rundir import record_key
+from .rundir import ERROR, OK, TURN_LIMIT, record_key
 from .skill_tools import SkillTools
 
 RECORD_FORMAT = 1
@@ -33,6 +35,23 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
 
+def _cost(price: Price | None, usage: Usage) -> float | None:
+    if price is None:
+        return None
+    cost = price.cost(usage)
+    return None if cost is None else round(cost, 6)
+
+
+def user_message(case: Case) -> str:
+    """The case's prompt, then each of its files as text with its name."""
+    if not case.files:
+        return case.prompt
+    parts = [case.prompt]
+    for name, text in case_files(case):
+        parts.append(f'<file name="{name}">\n{text.rstrip()}\n</file>')
+    return "\n\n".join(parts)
+
+
 async def run_job(job: Job, provider: Provider, cache, skills: list[Skill], *, max_turns: int, price: Price | None) -> dict:
     """The finished record; a request that fails for good makes an error record, except a
     fatal one (bad key, unknown model), which is raised to stop the run."""
@@ -40,12 +59,13 @@ async def run_job(job: Job, provider: Provider, cache, skills: list[Skill], *, m
     plan = setup(job.condition, case, skills)
     tools = SkillTools(skills, offered=[t.name for t in plan.tools])
     situation = Situation(case.key, job.condition, job.trial)
-    messages: list[dict] = [{"role": "user", "content": case.prompt}]
+    messages: list[dict] = [{"role": "user", "content": user_message(case)}]
     turns: list[dict] = []
     usage = Usage()
     live_usage = Usage()
     started, clock = _now(), time.perf_counter()
-    finish, answer, error = "turn_limit", "", None
+    finish, answer, error = TURN_LIMIT, "", None
+    sent = 0  # requests sent, the ones that failed included
     identity = provider.identity()
     try:
         for _ in range(max_turns):
@@ -54,6 +74,7 @@ async def run_job(job: Job, provider: Provider, cache, skills: list[Skill], *, m
             cached = reply is not None
             request_clock = time.perf_counter()
             if reply is None:
+                sent += 1
                 reply = await provider.complete(plan.system, messages, list(plan.tools), situation)
                 if key:
                     cache.put(key, reply)
@@ -70,7 +91,8 @@ async def run_job(job: Job, provider: Provider, cache, skills: list[Skill], *, m
     except ProviderError as failure:
         if failure.fatal:
             raise
-        finish, error = "error", {"kind": failure.kind, "message": str(failure), "status": failure.status}
+        finish, error = ERROR, {"kind": failure.kind, "message": str(failure), "status": failure.status}
+    status = ERROR if error else OK if finish == "answered" else TURN_LIMIT
     return {
         "format": RECORD_FORMAT,
         "key": job.key,
@@ -79,7 +101,7 @@ async def run_job(job: Job, provider: Provider, cache, skills: list[Skill], *, m
         "case_id": case.id,
         "condition": job.condition,
         "trial": job.trial,
-        "status": "error" if error else "ok",
+        "status": status,
         "error": error,
         "finish": finish,
         "expected_skill": case.expected_skill,
@@ -94,11 +116,11 @@ async def run_job(job: Job, provider: Provider, cache, skills: list[Skill], *, m
         "activated_skills": tools.activated,
         "files_read": tools.files_read,
         "turns": turns,
-        "requests": sum(1 for t in turns if not t["cached"]),
+        "requests": sent,
         "cached_responses": sum(1 for t in turns if t["cached"]),
         "usage": usage.to_dict(),
-        "cost_usd": None if price is None else round(price.cost(usage), 6),
-        "live_cost_usd": None if price is None else round(price.cost(live_usage), 6),
+        "cost_usd": _cost(price, usage),
+        "live_cost_usd": _cost(price, live_usage),
         "latency_s": round(time.perf_counter() - clock, 4),
         "started_at": started,
         "finished_at": _now(),

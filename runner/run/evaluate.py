@@ -26,7 +26,7 @@ class EvalRequest:
     jobs: int = defaults.JOBS
     max_turns: int = defaults.MAX_TURNS
     skills: tuple[str, ...] = ()
-    case: str | None = None
+    cases: tuple[str, ...] = ()  # --case globs, any of which may match
     limit: int | None = None
     api: str | None = None
     base_url: str | None = None
@@ -36,6 +36,7 @@ class EvalRequest:
     no_cache: bool = False
     pricing: Path | None = None
     progress: str = "auto"
+    command: str | None = None  # the command line, kept in run.json so `grade` can say how to finish a run
 
 
 def run_eval(bundle: Bundle, request: EvalRequest) -> Summary:
@@ -46,8 +47,8 @@ def run_eval(bundle: Bundle, request: EvalRequest) -> Summary:
         raise UsageError("--limit must be at least 1")
     if request.settings.reasoning_effort is not None and not request.settings.reasoning_effort:
         raise UsageError("--reasoning-effort needs a value")
-    cases = select_cases(bundle_cases(bundle), skills=list(request.skills) or None, pattern=request.case, limit=request.limit)
-    plan = Plan(bundle, cases, list(request.conditions), request.trials, max_turns=request.max_turns, jobs=request.jobs)
+    cases = select_cases(bundle_cases(bundle), skills=list(request.skills) or None, pattern=request.cases, limit=request.limit)
+    plan = Plan(bundle, cases, list(request.conditions), request.trials, max_turns=request.max_turns, jobs=request.jobs, command=request.command)
     prices = PriceTable(request.pricing)
     provider = open_provider(request.model, request.settings, request.transport, api=request.api, base_url=request.base_url)
     price = price_for(provider, prices)

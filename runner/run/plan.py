@@ -12,7 +12,13 @@ from ..load import Bundle, Case, Skill, fingerprint, load_skill
 from ..providers import Price, Provider, ProviderError
 from .agent import Job, run_job
 from .conditions import CONDITIONS
-from .rundir import RunDir
+from .rundir import ERROR, TURN_LIMIT, RunDir
+
+# When the first records to finish all failed with the same client-side error (a 4xx
+# other than 429, a refused connection, a body that is not the API's JSON), the rest would
+# fail the same way: the run stops instead of sending them.
+EARLY_RECORDS = 3
+CLIENT_KINDS = ("bad_request", "connection", "protocol")
 
 # What makes a run directory belong to a command: changing one of these needs a new --out.
 IDENTITY_FIELDS = ("model", "max_turns", "bundle_fingerprint")
@@ -30,6 +36,8 @@ class Summary:
     output_tokens: int = 0
     live_cost_usd: float | None = 0.0
     error_kinds: dict[str, int] = field(default_factory=dict)
+    turn_limits: int = 0  # records that ran out of turns without an answer
+    unknown_usage: int = 0  # records with a reply that carried no token counts
 
     def add(self, record: dict) -> None:
         self.written += 1
@@ -37,11 +45,15 @@ class Summary:
         self.cached_responses += record["cached_responses"]
         self.input_tokens += record["usage"]["input_tokens"]
         self.output_tokens += record["usage"]["output_tokens"]
+        if record["usage"].get("unreported"):
+            self.unknown_usage += 1
+        if record["status"] == TURN_LIMIT:
+            self.turn_limits += 1
         if record["live_cost_usd"] is None:
             self.live_cost_usd = None
         elif self.live_cost_usd is not None:
             self.live_cost_usd += record["live_cost_usd"]
-        if record["status"] == "error":
+        if record["status"] == ERROR:
             self.errors += 1
             kind = record["error"]["kind"]
             self.error_kinds[kind] = self.error_kinds.get(kind, 0) + 1
@@ -50,9 +62,15 @@ class Summary:
         """The one-line summary `mbskills eval` prints."""
         cost = "unknown (no price for this model; see --pricing)" if self.live_cost_usd is None else f"${self.live_cost_usd:.4f}"
         errors = f" ({', '.join(f'{k} {v}' for k, v in sorted(self.error_kinds.items()))})" if self.errors else ""
+        if self.written and self.unknown_usage == self.written:
+            tokens = "tokens unknown (no reply reported usage)"
+        else:
+            tokens = f"{self.input_tokens} input + {self.output_tokens} output tokens"
+            if self.unknown_usage:
+                tokens += f" ({self.unknown_usage} records had a reply without usage: their tokens are unknown)"
         return (
-            f"{self.total} records in {out}: {self.written} written now, {self.skipped} already there, {self.errors} errors{errors}"
-            f"; {self.requests} requests, {self.cached_responses} from cache; {self.input_tokens} input + {self.output_tokens} output tokens; cost of this invocation {cost}"
+            f"{self.total} records in {out}: {self.written} written now, {self.skipped} already there, {self.errors} errors{errors}, {self.turn_limits} out of turns"
+            f"; {self.requests} requests, {self.cached_responses} from cache; {tokens}; cost of this invocation {cost}"
         )
 
 
@@ -64,6 +82,7 @@ class Plan:
     trials: int
     max_turns: int = defaults.MAX_TURNS
     jobs: int = defaults.JOBS
+    command: str | None = None
 
     def __post_init__(self) -> None:
         unknown = [c for c in self.conditions if c not in CONDITIONS]
@@ -89,6 +108,7 @@ def run_info(plan: Plan, provider: Provider, skills: list[Skill]) -> dict:
         "conditions": plan.conditions,
         "trials": plan.trials,
         "cases": [c.key for c in plan.cases],
+        "command": plan.command,  # what finishes the run when it stops short
     }
 
 
@@ -107,6 +127,8 @@ async def run_plan(plan: Plan, provider: Provider, cache, out: RunDir, progress_
         async with gate:
             return await run_job(job, provider, cache, skills, max_turns=plan.max_turns, price=price)
 
+    early = min(EARLY_RECORDS, len(pending))
+    first: list[dict] = []
     with progress_factory(len(pending)) as progress:
         tasks = [asyncio.create_task(one(job)) for job in pending]
         try:
@@ -115,9 +137,22 @@ async def run_plan(plan: Plan, provider: Provider, cache, out: RunDir, progress_
                 out.append(record)
                 summary.add(record)
                 progress.advance(record)
+                if len(first) < early:
+                    first.append(record)
+                    if len(first) == early and early < len(pending) and _same_client_error(first):
+                        error = first[0]["error"]
+                        raise ProviderError(error["kind"], f"the first {early} records all failed the same way, so the run stopped before the other {len(pending) - early}: {error['message']}", fatal=True, status=error["status"])
         except ProviderError as fatal:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-            raise UsageError(f"{provider.identity()['provider']}:{provider.model}: {fatal} ({summary.written} records written; rerun the same command to continue)") from None
+            raise UsageError(f"{provider.identity()['provider']}:{provider.model}: {fatal} ({summary.written} records written; fix the cause and rerun the same command to continue)") from None
     return summary
+
+
+def _same_client_error(records: list[dict]) -> bool:
+    errors = [r["error"] for r in records if r["status"] == ERROR]
+    if len(errors) != len(records):
+        return False
+    kinds = {(e["kind"], e.get("status")) for e in errors}
+    return len(kinds) == 1 and errors[0]["kind"] in CLIENT_KINDS

@@ -11,11 +11,15 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..core import UsageError, write_atomic
 
 RUN_FILE, RECORDS_FILE, LOCK_FILE = "run.json", "records.jsonl", ".lock"
+# A record's status: answered, failed for good (runs again on resume), or out of turns.
+OK, ERROR, TURN_LIMIT = "ok", "error", "turn_limit"
+FINISHED = (OK, TURN_LIMIT)  # records a rerun keeps
 
 
 def record_key(case_key: str, condition: str, trial: int) -> str:
@@ -53,6 +57,7 @@ class RunDir:
         self.path = path
         self._lock_fd: int | None = None
         self._records_fd: int | None = None
+        self._made_lock = False
 
     @property
     def records_path(self) -> Path:
@@ -70,30 +75,44 @@ class RunDir:
         os.write(fd, str(os.getpid()).encode())
         self._lock_fd = fd
 
+    def _refuse(self, message: str) -> UsageError:
+        """Leave the user's folder as it was found: drop the lock file if this call made it."""
+        self.close()
+        if self._made_lock:
+            (self.path / LOCK_FILE).unlink(missing_ok=True)
+        return UsageError(message)
+
     def open(self, run_info: dict, identity_fields: tuple[str, ...]) -> dict[str, dict]:
         """Lock the folder, check it belongs to this command, and return the finished
-        records by key (error records are dropped so that they run again)."""
+        records by key (error records are dropped so that they run again). A run whose
+        records all failed (a wrong --base-url, a bad key) may be reused by a corrected
+        command; a refused folder is left as it was found."""
         if self.path.exists() and not self.path.is_dir():
             raise UsageError(f"{self.path}: exists and is not a folder")
+        if self.path.is_dir() and not (self.path / RUN_FILE).exists() and set(os.listdir(self.path)) - {LOCK_FILE}:
+            raise UsageError(f"{self.path}: not empty and not a run directory; choose another --out")
         try:
             self.path.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise UsageError(f"{self.path}: cannot create the run directory ({exc.strerror or exc})") from None
+        self._made_lock = not (self.path / LOCK_FILE).exists()
         self._lock()
         run_file = self.path / RUN_FILE
+        records, truncated = read_records(self.records_path) if run_file.exists() else ([], False)
+        kept = {r["key"]: r for r in records if r.get("status") in FINISHED}
         if run_file.exists():
             try:
                 previous = json.loads(run_file.read_text())
             except ValueError:
-                raise UsageError(f"{run_file}:1: not JSON; this folder is not a run directory") from None
-            for field in identity_fields:
-                if previous.get(field) != run_info.get(field):
-                    raise UsageError(f"{self.path}: made by a different command ({field}: {json.dumps(previous.get(field))} there, {json.dumps(run_info.get(field))} now); use another --out")
-        elif set(os.listdir(self.path)) - {LOCK_FILE}:
-            raise UsageError(f"{self.path}: not empty and not a run directory; choose another --out")
+                raise self._refuse(f"{run_file}:1: not JSON; this folder is not a run directory") from None
+            changed = [f for f in identity_fields if previous.get(f) != run_info.get(f)]
+            if changed and kept:
+                field = changed[0]
+                raise self._refuse(
+                    f"{self.path}: made by a different command ({field}: {json.dumps(previous.get(field))} there, {json.dumps(run_info.get(field))} now) "
+                    f"and holds {len(kept)} finished records; use another --out, or delete {self.path} to start over"
+                )
         write_atomic(run_file, json.dumps(run_info, indent=2) + "\n")
-        records, truncated = read_records(self.records_path)
-        kept = {r["key"]: r for r in records if r.get("status") == "ok"}
         if truncated or len(kept) != len(records):
             write_atomic(self.records_path, "".join(json.dumps(r) + "\n" for r in kept.values()))
         self._records_fd = os.open(self.records_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -110,6 +129,55 @@ class RunDir:
             if fd is not None:
                 os.close(fd)
         self._records_fd = self._lock_fd = None
+
+
+@dataclass(frozen=True)
+class RunStatus:
+    """How far a run got: the records its run.json asks for against those written."""
+
+    expected: int
+    finished: int  # ok or out of turns
+    errors: int  # ended in an error (a rerun retries them)
+    missing: int  # never written
+    in_progress: bool  # an eval holds the run's lock now
+    command: str | None
+
+    @property
+    def complete(self) -> bool:
+        return self.finished == self.expected and not self.in_progress
+
+    def line(self, path: Path) -> str:
+        parts = [f"{self.missing} missing", f"{self.errors} ended in an error"]
+        if self.in_progress:
+            parts.append("an eval is still writing it")
+        finish = f"`{self.command}`" if self.command else f"the same `mbskills eval` command with --out {path}"
+        return f"{path}: incomplete: {self.finished} of {self.expected} records ({', '.join(parts)}); finish it with {finish}, or grade what is there with --allow-incomplete"
+
+    def to_dict(self) -> dict:
+        return {"expected": self.expected, "finished": self.finished, "errors": self.errors, "missing": self.missing, "in_progress": self.in_progress, "complete": self.complete}
+
+
+def _locked(path: Path) -> bool:
+    lock = path / LOCK_FILE
+    try:
+        fd = os.open(lock, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+def run_status(path: Path, info: dict, records: list[dict]) -> RunStatus:
+    expected = {record_key(case, condition, trial) for case in info.get("cases", ()) for condition in info.get("conditions", ()) for trial in range(int(info.get("trials", 1)))}
+    by_key = {r["key"]: r for r in records}
+    finished = sum(1 for key in expected if by_key.get(key, {}).get("status") in FINISHED)
+    errors = sum(1 for key in expected if by_key.get(key, {}).get("status") == ERROR)
+    return RunStatus(len(expected), finished, errors, len(expected) - finished - errors, _locked(path), info.get("command"))
 
 
 def load_run(path: Path) -> tuple[dict, list[dict]]:

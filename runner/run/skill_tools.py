@@ -125,6 +125,8 @@ class SkillTools:
         entry = f"{skill.name}/{relative.as_posix()}"
         if entry not in self.files_read:
             self.files_read.append(entry)
+        if relative.as_posix() == SKILL_FILE and skill.name not in self.activated:
+            self.activated.append(skill.name)  # the whole skill reached the model: an activation
         return text
 
     def run(self, call: ToolCall) -> tuple[str, bool]:

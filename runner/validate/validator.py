@@ -17,11 +17,16 @@ from ..load import (
     CARD_FILE,
     EVALS_FILE,
     FLAT,
+    DEV,
+    HELD_OUT,
+    TRAINING,
     SKILL_FILE,
     Bundle,
     EvalsFile,
     Located,
     Skill,
+    check_case_file,
+    files_root,
     find_bundle,
     is_bundle,
     is_skill,
@@ -112,9 +117,9 @@ def validate_bundle(report: Report, bundle: Bundle) -> None:
 
 
 def _check_calibration(report: Report, bundle: Bundle) -> None:
-    """Labelled answers in evals/calibration/ must name behaviours their case has."""
-    folder = bundle.evals_dir / "calibration"
-    if not folder.is_dir():
+    """Labelled answers (evals/calibration/, evals/heldout/) must name behaviours their case has."""
+    folders = [bundle.evals_dir / name for name in (TRAINING, DEV, HELD_OUT) if (bundle.evals_dir / name).is_dir()]
+    if not folders:
         return
     files = [d / EVALS_FILE for d in bundle.skill_dirs()] + bundle.bundle_eval_files()
     cases = []
@@ -123,10 +128,11 @@ def _check_calibration(report: Report, bundle: Bundle) -> None:
             cases.extend(load_cases(path))
         except LoadError:
             return  # already reported for the evals file itself
-    try:
-        load_labelled(folder, cases)
-    except LoadError as error:
-        report.load(error)
+    for folder in folders:
+        try:
+            load_labelled(folder, cases)
+        except LoadError as error:
+            report.load(error)
 
 
 # --- skill ------------------------------------------------------------------------------
@@ -346,6 +352,9 @@ def validate_evals(
             first_seen[str(case.id)] = line
     if evals.format != FLAT and owner is not None and evals.located.data["skill_name"] != owner:
         report.add(path, evals.located.line(("skill_name",)), "evals/skill-name", f"skill_name {evals.located.data['skill_name']!r} differs from the skill folder {owner!r}")
+    elif evals.format != FLAT and owner is None and names is not None and evals.located.data["skill_name"] not in names:
+        # a bundle-level file: its cases expect this skill, which must exist
+        report.add(path, evals.located.line(("skill_name",)), "evals/unknown-skill", f"skill_name {evals.located.data['skill_name']!r} is not a skill of this bundle ({', '.join(sorted(names)) or 'none'})")
 
     for case in evals.cases:
         _check_case_targets(report, evals, case, names, skills_root, owner)
@@ -373,10 +382,10 @@ def _check_case_targets(report: Report, evals: EvalsFile, case, names, skills_ro
             target = (skills_root / case.expected_skill / case.expected_script).resolve()
             if not target.is_file():
                 report.add(path, line, "evals/missing-script", f"case {case.id!r}: expected_script {case.expected_script!r} does not exist in skills/{case.expected_skill}/")
-    if case.files and owner is not None and skills_root is not None:
-        for offset, name in enumerate(case.files):
-            if not (skills_root / owner / name).exists():
-                report.add(path, evals.case_line(case.index, "files", offset), "evals/missing-file", f"case {case.id!r}: file {name!r} does not exist in skills/{owner}/")
+    for offset, name in enumerate(case.files):
+        problem = check_case_file(files_root(path), name)
+        if problem:
+            report.add(path, evals.case_line(case.index, "files", offset), "evals/missing-file", f"case {case.id!r}: {problem}")
 
 
 def _check_coverage(report: Report, evals: EvalsFile, owner: str) -> None:
