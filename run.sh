@@ -5,7 +5,8 @@
 #                        against $MBSKILLS_MODEL (e.g. anthropic:claude-sonnet-4-5) when
 #                        set, else offline from the recorded answers in evals/calibration,
 #                        grade them ($MBSKILLS_JUDGE as the judge when set) and write reports
-#   bash run.sh test     the test suite (extra arguments go to pytest)
+#   bash run.sh test     the test suite (extra arguments go to pytest); builds .venv-gateway
+#                        (a LiteLLM proxy) for the gateway tier unless MBSKILLS_SKIP_GATEWAY=1
 #   bash run.sh bench    the performance benchmark, bench/perf.py (extra arguments go to
 #                        it); builds .venv-bench with inspect_ai for the comparison
 # Setup: find Python 3.12, build .venv, install requirements/lock.txt, then
@@ -105,6 +106,26 @@ ensure_bench_venv() {
     echo "$want" >"$bench/.stamp"
 }
 
+# The gateway test tier: a real LiteLLM proxy (tests/gateway.py) in its own venv, so that
+# its 116 dependencies cannot move the project's pins. MBSKILLS_SKIP_GATEWAY=1 leaves it out
+# (its tests then skip and say why).
+ensure_gateway_venv() {
+    [ -n "${MBSKILLS_SKIP_GATEWAY:-}" ] && return 0
+    local gateway="$ROOT/.venv-gateway" py want
+    want="$(sha256sum "$ROOT/requirements/gateway-lock.txt" | cut -d' ' -f1)"
+    [ -f "$gateway/.stamp" ] && [ "$(cat "$gateway/.stamp")" = "$want" ] && return 0
+    py="$(find_python)" || { say "Python 3.12 not found for .venv-gateway; the gateway tests will be skipped"; return 0; }
+    say "creating $gateway (LiteLLM proxy for the gateway tests, about 45 s)"
+    rm -rf "$gateway"
+    "$py" -m venv "$gateway"
+    if "$gateway/bin/python" -m pip install --quiet --disable-pip-version-check -r "$ROOT/requirements/gateway-lock.txt" 2>&1 | quiet_pip; then
+        echo "$want" >"$gateway/.stamp"
+    else
+        say "could not install requirements/gateway-lock.txt; the gateway tests will be skipped"
+        rm -rf "$gateway"
+    fi
+}
+
 run_evals() {
     local model="${MBSKILLS_MODEL:-}" out
     if [ -z "$model" ]; then
@@ -154,6 +175,7 @@ main() {
         test)
             ensure_deps
             ensure_browser
+            ensure_gateway_venv
             cd "$ROOT"
             "$VENV/bin/python" -m pytest -q "$@"
             ;;

@@ -121,7 +121,7 @@ def normalise(answer: str) -> str:
     text = answer.replace("\u2018", "'").replace("\u2019", "'").replace("\u201c", '"').replace("\u201d", '"')
     text = "\n".join(_flatten_config_blocks(_diff_lines(text.split("\n"))))
     text = _QUOTED_KEY_RE.sub(r"\1:", text)
-    text = re.sub(r"\\\n[ \t]*", " ", text)  # shell line continuations
+    text = re.sub(r"[ \t]*\\\n[ \t]*", " ", text)  # shell line continuations
     text = _CONTRACTION_RE.sub(lambda m: _CONTRACTIONS[m.group(1).lower()], text)
     for _ in range(2):  # nested emphasis: ***x*** or **_x_**
         text = _EMPHASIS_RE.sub(lambda m: m.group(2) if m.group(2) is not None else m.group(4), text)

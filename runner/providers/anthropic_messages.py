@@ -87,5 +87,5 @@ class Messages(LiveProvider):
         usage = Usage.unknown()
         if response.usage is not None:
             usage = Usage(response.usage.input_tokens or 0, response.usage.output_tokens or 0, response.usage.cache_read_input_tokens or 0)
-        raw = [block.model_dump(mode="json", exclude_none=True) for block in response.content or ()]
+        raw = [block.model_dump(mode="json", exclude_none=True, warnings=False) for block in response.content or ()]
         return Reply("".join(texts), calls, usage, response.stop_reason, raw)

@@ -65,5 +65,5 @@ class Responses(LiveProvider):
         stop = response.status
         if response.incomplete_details is not None and response.incomplete_details.reason:
             stop = response.incomplete_details.reason
-        raw = [item.model_dump(mode="json", exclude_none=True) for item in response.output or ()]
+        raw = [item.model_dump(mode="json", exclude_none=True, warnings=False) for item in response.output or ()]
         return Reply("".join(texts), calls, usage, stop, raw)

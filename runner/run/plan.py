@@ -18,7 +18,7 @@ from .rundir import ERROR, TURN_LIMIT, RunDir
 # other than 429, a refused connection, a body that is not the API's JSON), the rest would
 # fail the same way: the run stops instead of sending them.
 EARLY_RECORDS = 3
-CLIENT_KINDS = ("bad_request", "connection", "protocol")
+CLIENT_KINDS = ("bad_request", "connection", "protocol", "not_json")
 
 # What makes a run directory belong to a command: changing one of these needs a new --out.
 IDENTITY_FIELDS = ("model", "max_turns", "bundle_fingerprint")
