@@ -163,6 +163,15 @@ def test_judge_reply_parsing():
         parse(json.dumps(dict(good, behaviours=good["behaviours"][:1])), 2, answer)
 
 
+def test_a_quote_is_found_across_whitespace_case_and_markdown_emphasis():
+    answer = "The flag is **not** set:\n`cfg.dist.use_megatron_fsdp`  stays   False."
+    reply = {"behaviours": [{"id": 1, "verdict": "YES", "evidence": "the flag is not set"}, {"id": 2, "verdict": "YES", "evidence": "cfg.dist.use_megatron_fsdp stays false"},
+                            {"id": 3, "verdict": "YES", "evidence": "the flag is set"}], "correct": {"verdict": "YES", "evidence": ""}}
+    verdicts, correct = parse(json.dumps(reply), 3, answer)
+    assert [v.evidence_found for v in verdicts] == [True, True, False]  # "is set" is not what it says
+    assert not correct.evidence_found  # an empty quote supports nothing
+
+
 def test_grade_record_without_judge():
     import asyncio
 

@@ -380,7 +380,7 @@ def test_show_lists_records_and_prints_a_transcript(tmp_path, server, capsys):
     table = capsys.readouterr().out
     recs = records(tmp_path)
     tokens = sum(r["usage"]["input_tokens"] for r in recs), sum(r["usage"]["output_tokens"] for r in recs)
-    assert f"2 records, 0 errors, {tokens[0]} input + {tokens[1]} output tokens, cost unknown" in table
+    assert f"2 records, 0 errors, 0 out of turns, {tokens[0]} input + {tokens[1]} output tokens, cost unknown" in table
     assert "nemo-mbridge-perf-megatron-fsdp/fsdp-verify-before-launch  skills" in table and "answered" in table
     assert main(["show", str(tmp_path / "run"), "--case", "fsdp-verify-before-launch", "--condition", "skills"]) == 0
     text = capsys.readouterr().out

@@ -164,6 +164,9 @@ def test_a_record_out_of_turns_has_its_own_status_and_counts_as_a_failure(tmp_pa
     assert report["health"]["turn_limits"] == 1 and report["overall"]["conditions"]["skills"]["passes"] == 0
     assert report["overall"]["conditions"]["skills"]["records"] == 1  # counted, as a failure
     assert "ran out of turns without an answer" in (out / "junit.xml").read_text()
+    capsys.readouterr()
+    assert main(["show", str(out)]) == 0
+    assert "1 records, 0 errors, 1 out of turns" in capsys.readouterr().out
 
 
 def test_errors_name_the_option_the_user_typed(tmp_path, capsys):

@@ -79,8 +79,13 @@ def prompt(question: str, reference: str, behaviours: list[str], answer: str) ->
     return f"<question>\n{question}\n</question>\n\n<reference_answer>\n{reference}\n</reference_answer>\n\n<behaviours>\n{numbered}\n</behaviours>\n\n{fenced}"
 
 
+_MARKUP = str.maketrans("", "", "*`")
+
+
 def _normal(text: str) -> str:
-    return " ".join(text.split()).lower()
+    """Folded for finding a quote: whitespace, case, and Markdown emphasis and code marks
+    (a judge quoting `**not** set` as "not set" quotes the answer)."""
+    return " ".join(text.translate(_MARKUP).split()).lower()
 
 
 def parse(text: str, count: int, answer: str) -> tuple[list[Verdict], Verdict]:

@@ -22,12 +22,15 @@ def records_table(info: dict, records: list[dict]) -> str:
     model = info.get("model", {})
     tokens_in = sum(r["usage"]["input_tokens"] for r in records)
     tokens_out = sum(r["usage"]["output_tokens"] for r in records)
+    unknown = sum(1 for r in records if r["usage"].get("unreported"))
     costs = [r["cost_usd"] for r in records]
     cost = "unknown" if any(c is None for c in costs) else f"${sum(costs):.4f}"
     errors = sum(1 for r in records if r["status"] == "error")
     lines = [
         f"run: {model.get('provider')}:{model.get('model')}  conditions {','.join(info.get('conditions', []))}  trials {info.get('trials')}",
-        f"{len(records)} records, {errors} errors, {tokens_in} input + {tokens_out} output tokens, cost {cost}",
+        f"{len(records)} records, {errors} errors, {sum(1 for r in records if r['status'] == 'turn_limit')} out of turns, "
+        + (f"{tokens_in} input + {tokens_out} output tokens" + (f" ({unknown} records with unknown usage)" if unknown else "") if unknown < len(records) else "tokens unknown")
+        + f", cost {cost}",
     ]
     header = ("case", "condition", "trial", "status", "activated", "turns", "tokens in/out")
     rows = [
@@ -35,7 +38,7 @@ def records_table(info: dict, records: list[dict]) -> str:
             r["case"],
             r["condition"],
             str(r["trial"]),
-            r["finish"] if r["status"] == "ok" else f"error:{r['error']['kind']}",
+            f"error:{r['error']['kind']}" if r["status"] == "error" else r["finish"],
             ",".join(r["activated_skills"]) or "-",
             str(len(r["turns"])),
             f"{r['usage']['input_tokens']}/{r['usage']['output_tokens']}",
