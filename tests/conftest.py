@@ -91,3 +91,14 @@ def copy_bundle(tmp_path: Path) -> Path:
     shutil.copytree(REPO / "evals", root / "evals")
     shutil.copyfile(REPO / "card.yaml", root / "card.yaml")
     return root
+
+
+@pytest.fixture
+def repo_server():
+    """Scripted models (tests/model_server.py) on 127.0.0.1 that know this bundle's cases."""
+    from model_server import CaseInfo, ModelServer
+    from runner.load import Bundle, bundle_cases
+
+    served = ModelServer({c.prompt: CaseInfo(c.key, c.expected_skill, c.expected_script) for c in bundle_cases(Bundle(REPO))}, {}).start()
+    yield served
+    served.stop()

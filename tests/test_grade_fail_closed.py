@@ -30,10 +30,8 @@ def keys(sentinel_keys):
 
 
 @pytest.fixture
-def server():
-    served = ModelServer({c.prompt: CaseInfo(c.key, c.expected_skill, c.expected_script) for c in CASES}, {}).start()
-    yield served
-    served.stop()
+def server(repo_server):
+    return repo_server
 
 
 def replay(out: Path, *extra: str) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
-from model_server import CaseInfo, ModelServer
+from model_server import ModelServer
 from runner.cli import main
 from runner.load import Bundle, bundle_cases
 
@@ -29,10 +29,8 @@ def keys(sentinel_keys):
 
 
 @pytest.fixture
-def server():
-    served = ModelServer({c.prompt: CaseInfo(c.key, c.expected_skill, c.expected_script) for c in CASES}, {}).start()
-    yield served
-    served.stop()
+def server(repo_server):
+    return repo_server
 
 
 def evaluate(out: Path, model_args: list[str], *extra: str) -> int:

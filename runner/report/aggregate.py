@@ -32,6 +32,20 @@ def _total(values: list[float | None]) -> float | None:
     return None if any(v is None for v in values) else sum(values)
 
 
+def _means(counted: list[RecordGrade], ran: list[RecordGrade]) -> dict[str, Any]:
+    """The per-record figures of a set of records: means over the counted ones, the cost
+    total over every one that ran (it was paid for)."""
+    return {
+        "behaviour_rate": _mean([g.behaviour_rate for g in counted]),
+        "routing": _mean([float(g.routing == "correct") for g in counted if g.routing is not None]),
+        "tokens": _mean([g.tokens for g in counted]),
+        "tokens_unknown": sum(1 for g in counted if g.tokens is None),
+        "turns": _mean([g.turns for g in counted]),
+        "cost_usd": _total([g.cost_usd for g in ran]),
+        "cost_per_record": None if any(g.cost_usd is None for g in counted) else _mean([g.cost_usd for g in counted]),
+    }
+
+
 def _cell(cell: list[RecordGrade], expected: int) -> dict[str, Any]:
     counted = [g for g in cell if g.counted]
     n, c = len(counted), sum(1 for g in counted if g.passed)
@@ -49,14 +63,8 @@ def _cell(cell: list[RecordGrade], expected: int) -> dict[str, Any]:
         "ungraded": sum(1 for g in cell if g.status == UNGRADED),
         "errors": sum(1 for g in cell if g.status in (RECORD_ERROR, JUDGE_ERROR)),
         "missing": max(expected - len(cell), 0),
-        "behaviour_rate": _mean([g.behaviour_rate for g in counted]),
         "correct_rate": _mean([float(g.correct.verdict) for g in counted if g.correct and g.correct.verdict is not None]),
-        "routing": _mean([float(g.routing == "correct") for g in counted if g.routing is not None]),
-        "tokens": _mean([g.tokens for g in counted]),
-        "tokens_unknown": sum(1 for g in counted if g.tokens is None),
-        "turns": _mean([g.turns for g in counted]),
-        "cost_usd": _total([g.cost_usd for g in cell]),
-        "cost_per_record": None if any(g.cost_usd is None for g in counted) else _mean([g.cost_usd for g in counted]),
+        **_means(counted, cell),
     }
 
 
@@ -104,14 +112,8 @@ def summarise(rows: list[dict], grades: list[RecordGrade], conditions: list[str]
             "ungraded": sum(x["ungraded"] for x in cells),
             "errors": sum(x["errors"] for x in cells),
             "missing": sum(x["missing"] for x in cells),
-            "behaviour_rate": _mean([g.behaviour_rate for g in pooled]),
             "correct_rate": _mean([x["correct_rate"] for x in cells]),
-            "routing": _mean([float(g.routing == "correct") for g in pooled if g.routing is not None]),
-            "tokens": _mean([g.tokens for g in pooled]),
-            "tokens_unknown": sum(1 for g in pooled if g.tokens is None),
-            "turns": _mean([g.turns for g in pooled]),
-            "cost_usd": _total([g.cost_usd for g in cell]),
-            "cost_per_record": None if any(g.cost_usd is None for g in pooled) else _mean([g.cost_usd for g in pooled]),
+            **_means(pooled, cell),
         }
     for condition in conditions:
         if condition == BASE or BASE not in conditions:
