@@ -55,7 +55,7 @@ async def grade_record(record: dict, case: Case, skill_names: list[str], checks:
     if record["status"] == "error":
         grade.status, grade.error = RECORD_ERROR, record["error"]
         return grade
-    if record["status"] == "turn_limit":
+    if record["status"] == "turn_limit" or record.get("finish") == "turn_limit":  # older records said ok
         # the model never answered: a failure of the record, whatever its behaviours
         grade.status, grade.passed = TURN_LIMIT, False
         return grade
