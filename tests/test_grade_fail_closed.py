@@ -185,6 +185,26 @@ def test_a_reversed_statement_in_the_right_words_fails(answer, kind):
     assert run_check(check(must=[r"(?i)Transformer Engine|\bTE\b"]), answer).kind == kind
 
 
+@pytest.mark.parametrize(
+    "answer, kind",
+    [
+        ("People often say Transformer Engine is required. In 0.6.2 it is not.", "reversed"),  # a claim reported, then denied
+        ("People often say Transformer Engine is optional. It is not: Transformer Engine is required.", "presence"),
+        ("delay_wgrad_compute cannot be used on its own: it requires the EP overlap flag.", "presence"),  # a double negative states the rule
+        ("TE is not what FP8 needs here. For TP overlap, Transformer Engine is required.", "presence"),  # one affirmative match is enough
+    ],
+)
+def test_denials_and_double_negatives(answer, kind):
+    must = [r"(?i)Transformer Engine is required|\bTE\b|delay_wgrad_compute[^\n]{0,60}requires"]
+    assert run_check(check(must=must), answer).kind == kind
+
+
+def test_a_forbidden_statement_that_is_denied_trips_nothing():
+    tripwire = check(must_not=[r"(?i)torch_dist is fine"])
+    assert run_check(tripwire, "People sometimes assume torch_dist is fine for saving. It is not: use fsdp_dtensor.").kind == "presence"
+    assert run_check(tripwire, "For saving, torch_dist is fine.").kind == "tripwire"
+
+
 def test_a_pattern_that_spells_the_negation_expects_it():
     assert run_check(check(must=[r"(?i)\bnot\b[^.\n]{0,20}\bfields?\b"]), "These are not CommOverlapConfig fields.").kind == "presence"
 

@@ -10,7 +10,8 @@ command split over lines with `\\` is joined, removed lines of a diff are droppe
 (`ddp = cfg.ddp` makes `ddp.x` read `cfg.ddp.x`).
 
 What a check says, by kind:
-  tripwire  a `must_not` pattern is found: the answer says what the behaviour rules out
+  tripwire  a `must_not` pattern is found, and not inside a denied statement: the answer
+            says what the behaviour rules out
   reversed  every `must` pattern is found, but one only inside a negated or reversed
             statement ("is not needed", "only if ...") while the pattern itself carries no
             negation: the right words saying the wrong thing
@@ -44,16 +45,25 @@ _TABLE_ROW_RE = re.compile(r"^\s*\|\s*(?:cfg\.)?((?:\w+\.)*\w*_\w*|\w+\.\w+(?:\.
 _BINDING_RE = re.compile(r"^\s*(\w+)\s*=\s*((?:cfg|config|c)(?:\.\w+)+)\s*$", re.MULTILINE)
 
 # A statement turned around: a negation, or a condition that makes an always-rule conditional.
-NEGATION_RE = re.compile(r"\b(?<!-)(?:not|never|no longer|cannot|neither|nor)\b(?!\s+only\b)|\bonly\s+(?:if|when|needed|required|matters|applies)\b", re.IGNORECASE)
+NEGATION_RE = re.compile(r"\b(?<!-)(?:not|never|no longer|cannot|neither|nor)\b(?!\s+only\b)|\bonly\s+(?:if|when|needed|required|matters|applies|trips|fires|triggers|bites|happens)\b", re.IGNORECASE)
 _CLAUSE_END_RE = re.compile(r"[.;:!?,\u2014\u2013](?:\s|$)|\s-\s|\n|\bbut\b|\bhowever\b|\bwhile\b|\bwhereas\b|\bjust\b|\bonly\b(?=\s+(?:a|an|the)\b)", re.IGNORECASE)
 _LOOKBACK_WORDS = 6
 # What follows a statement can turn it around too: "X = True is not required", "fsdp_dtensor
 # only matters when ...", "Transformer Engine is only checked when ...".
 NEGATED_AFTER_RE = re.compile(
-    r"^\W*(?:[\w.=>\"'-]+\s+){0,3}?(?:(?:is|are|was|were|does|do|did|will|would|should|has|have)\s+(?:not|never|no longer)\b"
-    r"|(?:is|are)\s+only\s+(?:checked|needed|required|used|relevant|applied)\b|only\s+(?:matters|applies|counts|happens)\b)",
+    r"^\W*(?:[\w.=>\"'-]+\s+){0,3}?(?:is|are|was|were|does|do|did|will|would|should|has|have)\s+(?:not|never|no longer)\b", re.IGNORECASE
+)
+# ... or narrow an always-rule to a case: "only trips on load", "applies only when ...".
+NARROWED_AFTER_RE = re.compile(
+    r"^\W*(?:[\w.=>\"'-]+\s+){0,3}?(?:(?:is|are)\s+only\s+(?:checked|needed|required|used|relevant|applied)\b"
+    r"|only\s+(?:matters|applies|counts|happens|trips|fires|bites|triggers)\b|(?:applies|matters|counts|holds)\s+only\b)",
     re.IGNORECASE,
 )
+# A statement put in someone else's mouth and denied next: "People often say X. In 0.6.2
+# it does not."
+MYTH_RE = re.compile(r"\b(?:people|some|many|folks|others)\s+(?:often\s+|sometimes\s+)?(?:say|claim|think|believe|suggest|assume|expect)\b|\ba common (?:worry|misconception|myth|belief|claim)\b"
+                     r"|\bit is (?:often|commonly|sometimes) (?:said|claimed|assumed)\b|\byou (?:may|might) have (?:read|heard)\b|\bcontrary to\b", re.IGNORECASE)
+_SENTENCE_END_RE = re.compile(r"[.!?](?:\s|$)|\n\s*\n")
 
 
 def _diff_lines(lines: list[str]) -> list[str]:
@@ -147,20 +157,54 @@ def _clause_start(text: str, position: int) -> int:
     return start
 
 
-def _negated(text: str, match: re.Match) -> bool:
+def _negations(text: str) -> set[str]:
+    return {m.group(0).lower().split()[0] for m in NEGATION_RE.finditer(text)}
+
+
+def _negated(text: str, match: re.Match, expected: frozenset[str]) -> bool:
     """Whether the statement a match stands in is turned around: a negation inside the
-    match, in the few words before it within the same clause, or in the predicate that
-    follows it."""
-    before = text[_clause_start(text, match.start()) : match.start()]
-    window = " ".join(before.split()[-_LOOKBACK_WORDS:])
+    match that the pattern does not spell itself, or (for a pattern that spells none) one in
+    the few words before it within the same clause, in the predicate that follows it, or a
+    denial of what "people often say"."""
     end = _CLAUSE_END_RE.search(text, match.end())
     after = text[match.end() : end.start() if end else len(text)]
-    return bool(NEGATION_RE.search(window) or NEGATION_RE.search(match.group(0)) or NEGATED_AFTER_RE.search(after))
+    stated = match.group(0)
+    ends = list(_SENTENCE_END_RE.finditer(stated))
+    if ends:  # a match that runs over sentences states what its last sentence says
+        stated = stated[ends[-1].end() :]
+    if _negations(stated) - expected:
+        # "not accepted unless X", "never without X": a double negative states the rule
+        return not _UNLESS_RE.search(stated + after)
+    if _denied(text, match) or ("only" not in expected and NARROWED_AFTER_RE.search(after)):
+        return True
+    if expected:
+        return False  # the pattern states a negated fact; its context cannot be told apart
+    before = text[_clause_start(text, match.start()) : match.start()]
+    window = " ".join(before.split()[-_LOOKBACK_WORDS:])
+    return bool(NEGATION_RE.search(window) or NEGATED_AFTER_RE.search(after))
 
 
-def _carries_negation(pattern: re.Pattern) -> bool:
-    """A pattern that spells a negation itself expects the negated statement."""
-    return bool(re.search(r"not|never|n't|n''t|\bno\b|without|only|cannot|neither", pattern.pattern, re.IGNORECASE))
+def _denied(text: str, match: re.Match) -> bool:
+    """A match in a sentence that reports what others claim, when the next sentence denies it."""
+    start = 0
+    for end in _SENTENCE_END_RE.finditer(text, 0, match.start()):
+        start = end.end()
+    stop = _SENTENCE_END_RE.search(text, match.start())
+    if stop is not None and match.end() > stop.start():
+        return False  # the match runs on into the next sentence, the one that denies
+    if not MYTH_RE.search(text[start : stop.end() if stop else len(text)]):
+        return False
+    following = text[stop.end() : stop.end() + 80] if stop else ""
+    return bool(NEGATION_RE.search(following) or re.match(r"\s*(?:no|wrong|false|not so|that is wrong)\b", following, re.IGNORECASE))
+
+
+_PATTERN_NEGATIONS = {"not": r"not|n't|n''t", "never": "never", "no": r"\bno\b", "cannot": "cannot", "neither": r"neither|\bnor\b", "nor": r"neither|\bnor\b", "only": "only"}
+_UNLESS_RE = re.compile(r"\b(?:unless|without|except|on its own|by itself|alone|in isolation)\b", re.IGNORECASE)
+
+
+def _expected_negations(pattern: re.Pattern) -> frozenset[str]:
+    """The negation words a pattern spells itself: those, inside a match, are the statement."""
+    return frozenset(word for word, spelled in _PATTERN_NEGATIONS.items() if re.search(spelled, pattern.pattern, re.IGNORECASE))
 
 
 @dataclass(frozen=True)
@@ -177,7 +221,9 @@ def run_check(check: Check, answer: str) -> CheckOutcome:
     """What the check says of one answer (see the module docstring for the kinds)."""
     text = normalise(answer)
     for pattern in check.must_not:
-        found = pattern.search(text)
+        # a forbidden statement that is itself denied ("it's a myth that X is fine") trips nothing
+        expected = _expected_negations(pattern)
+        found = next((m for m in pattern.finditer(text) if not (m.group(0) and _negated(text, m, expected))), None)
         if found:
             return CheckOutcome(TRIPWIRE, f"found /{pattern.pattern}/: {found.group(0)[:80]!r}")
     reversed_by = None
@@ -186,7 +232,8 @@ def run_check(check: Check, answer: str) -> CheckOutcome:
         if not matches:
             return CheckOutcome(ABSENCE, f"missing /{pattern.pattern}/")
         # a zero-width match (lookaheads over the whole answer) states nothing to turn around
-        if not _carries_negation(pattern) and all(m.group(0) and _negated(text, m) for m in matches):
+        expected = _expected_negations(pattern)
+        if all(m.group(0) and _negated(text, m, expected) for m in matches):
             reversed_by = reversed_by or (pattern, matches[0])
     if reversed_by is not None:
         pattern, match = reversed_by
