@@ -23,13 +23,11 @@ FORMATS = {
 }
 
 
-@pytest.fixture(autouse=True)
-def keys(sentinel_keys):
-    return sentinel_keys
+pytestmark = pytest.mark.usefixtures("sentinel_keys")  # a sentinel key: no file may hold it
 
 
 @pytest.fixture
-def server(repo_server):
+def server(repo_server):  # the scripted models, under the short name the tests use
     return repo_server
 
 
