@@ -99,7 +99,7 @@ def test_a_200_with_html_is_named_as_such_and_stops_the_run(tmp_path, server, ca
     assert evaluate(out, args_for(server), "--conditions", "baseline", "--limit", "6", "-j", "1") == 2
     err = capsys.readouterr().err
     assert "server returned text/html, not JSON: '<!DOCTYPE html><html><head><title>Model gateway</title>" in err
-    assert "AttributeError" not in err and server.count() <= 3 + 1  # the first three, and the one -j 1 had in flight
+    assert "AttributeError" not in err and server.count() == 3  # the first three run alone; nothing else is sent
 
 
 def test_a_gateway_400_for_every_first_request_stops_the_run_with_its_body(tmp_path, server, capsys):
@@ -108,7 +108,7 @@ def test_a_gateway_400_for_every_first_request_stops_the_run_with_its_body(tmp_p
     assert evaluate(out, args_for(server), "--conditions", "baseline", "--limit", "8", "-j", "2") == 2
     err = capsys.readouterr().err
     assert "Invalid model name passed in model=nope" in err and "rerun the same command" in err
-    assert server.count() <= 3 + 2  # the first three records, and the ones -j 2 had in flight
+    assert server.count() == 3  # the first three records run alone, as a probe
 
 
 def test_requests_are_counted_including_the_failed_ones(tmp_path, server, capsys):

@@ -127,21 +127,30 @@ async def run_plan(plan: Plan, provider: Provider, cache, out: RunDir, progress_
         async with gate:
             return await run_job(job, provider, cache, skills, max_turns=plan.max_turns, price=price)
 
-    early = min(EARLY_RECORDS, len(pending))
-    first: list[dict] = []
+    # The first records run alone, as a probe: if they all fail with the same client
+    # error, the run stops before anything else is sent.
+    probe, rest = pending[:EARLY_RECORDS], pending[EARLY_RECORDS:]
     with progress_factory(len(pending)) as progress:
-        tasks = [asyncio.create_task(one(job)) for job in pending]
-        try:
-            for finished in asyncio.as_completed(tasks):
-                record = await finished
+        tasks: list[asyncio.Task] = []
+
+        async def drain(batch: list[Job]) -> list[dict]:
+            started = [asyncio.create_task(one(job)) for job in batch]
+            tasks.extend(started)
+            finished = []
+            for task in asyncio.as_completed(started):
+                record = await task
                 out.append(record)
                 summary.add(record)
                 progress.advance(record)
-                if len(first) < early:
-                    first.append(record)
-                    if len(first) == early and early < len(pending) and _same_client_error(first):
-                        error = first[0]["error"]
-                        raise ProviderError(error["kind"], f"the first {early} records all failed the same way, so the run stopped before the other {len(pending) - early}: {error['message']}", fatal=True, status=error["status"])
+                finished.append(record)
+            return finished
+
+        try:
+            first = await drain(probe)
+            if rest and _same_client_error(first):
+                error = first[0]["error"]
+                raise ProviderError(error["kind"], f"the first {len(first)} records all failed the same way, so the run stopped before the other {len(rest)}: {error['message']}", fatal=True, status=error["status"])
+            await drain(rest)
         except ProviderError as fatal:
             for task in tasks:
                 task.cancel()
