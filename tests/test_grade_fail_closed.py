@@ -70,10 +70,10 @@ def test_a_run_with_records_removed_exits_3_naming_the_counts_and_the_command(tm
 
 
 def test_a_run_graded_while_eval_writes_it_is_in_progress(tmp_path, server, capsys):
-    server.latency_s = 0.4
+    server.latency_s = 0.5  # eight records, about 4 s: grading runs well inside that
     run = tmp_path / "run"
     command = [sys.executable, "-m", "runner.cli", "eval", "--bundle", str(REPO), "--model", "openai:skilled", "--base-url", server.openai_url,
-               "--conditions", "baseline", "--limit", "6", "-j", "1", "--out", str(run), "--no-cache", "--progress", "plain"]
+               "--conditions", "baseline", "--limit", "8", "-j", "1", "--out", str(run), "--no-cache", "--progress", "plain"]
     writer = subprocess.Popen(command, env={**os.environ, "OPENAI_API_KEY": SENTINEL_KEY}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.time() + 30
