@@ -12,9 +12,10 @@ command split over lines with `\\` is joined, removed lines of a diff are droppe
 What a check says, by kind:
   tripwire  a `must_not` pattern is found, and not inside a denied statement: the answer
             says what the behaviour rules out
-  reversed  every `must` pattern is found, but one only inside a negated or reversed
-            statement ("is not needed", "only if ...") while the pattern itself carries no
-            negation: the right words saying the wrong thing
+  reversed  every `must` pattern is found, but every match of one of them stands in a
+            turned-around statement (a negation the pattern does not spell, a predicate
+            that denies or narrows it, a claim reported and then denied): the right words
+            saying the wrong thing; a double negative ("not ... unless") is not reversed
   presence  every `must` pattern is found, affirmatively, and no `must_not` one
   absence   some `must` pattern is not found
 How much each kind decides is the grading policy (runner/grade/policy.py).
