@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from . import __version__
-from .core import EXIT_FINDINGS, EXIT_HARNESS, EXIT_OK, EXIT_USAGE, MbskillsError, defaults, write_atomic
+from .core import EXIT_FINDINGS, EXIT_HARNESS, EXIT_OK, EXIT_USAGE, MbskillsError, UsageError, defaults, write_atomic
 
 
 def say(line: str) -> None:
@@ -169,7 +169,6 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from .core import UsageError
     from .run import load_run, records_json, records_table, select_records, transcript
 
     info, records = load_run(Path(args.run))

@@ -61,8 +61,10 @@ class Correctness:
 
     @property
     def verdict(self) -> bool | None:
-        """YES counts only with its quote found in the answer."""
-        return (self.judge and self.evidence_found) or (None if self.judge else False)
+        """NO decides; YES counts only with its quote found in the answer (else no verdict)."""
+        if not self.judge:
+            return False
+        return True if self.evidence_found else None
 
 
 @dataclass
