@@ -77,6 +77,15 @@ def cmd_check(args: argparse.Namespace) -> int:
     return EXIT_OK if checked.ok else EXIT_FINDINGS
 
 
+def cmd_mutate(args: argparse.Namespace) -> int:
+    from .claims import mutate_claims
+
+    mutated = mutate_claims(_bundle(args), skills=args.skill, pattern=args.claim, out=Path(args.out), min_kill=args.min_kill, allow_list=Path(args.allow_list) if args.allow_list else None)
+    print(mutated.report)
+    say(f"wrote {mutated.json_path}")
+    return EXIT_OK if mutated.ok else EXIT_FINDINGS
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
     from .providers import Settings, Transport
     from .run import EvalRequest, run_eval
@@ -198,6 +207,16 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"mbskills: error: {self.prog}: {message} (see {self.prog} --help)\n")
 
 
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"{text} is outside 0..1")
+    return value
+
+
 def _parent(build) -> argparse.ArgumentParser:
     """Options shared by several commands, declared once."""
     parent = _Parser(add_help=False)
@@ -251,6 +270,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--write-cards", action="store_true", help="record status, versions and date in each skill's card.yaml")
     p.add_argument("--gpu-results", metavar="FILE", help="instead of running claims, merge the GPU tier's results (gpu/validate.sh writes them) into the table and, with --write-cards, the cards")
     p.set_defaults(func=cmd_check)
+
+    p = sub.add_parser(
+        "mutate",
+        parents=[skill, bundle],
+        help="mutate each fact of the skills' claim sections and count the mutants their checks kill",
+        description="Generates single-fact mutants of every claim section (booleans, numbers, backticked names, quoted messages, exception types, negations, comparisons, deleted sentences) and reruns the checks that read it, in one process. Exit 0 every skill at or above --min-kill with no stale allow-list entry, 1 otherwise, 2 unusable input or a failing claim before mutation.",
+    )
+    p.add_argument("--claim", default="*", help="only mutate claims whose id matches this glob")
+    p.add_argument("--min-kill", type=_fraction, default=defaults.MIN_KILL, help="gate: the share of non-equivalent mutants each skill must kill (default: %(default)s)")
+    p.add_argument("--allow-list", help=f"reviewed equivalent mutants (default: {defaults.MUTANTS_ALLOW} in the bundle)")
+    p.add_argument("--out", default=defaults.MUTATE_OUT, help="folder for mutate.json (default: %(default)s)")
+    p.set_defaults(func=cmd_mutate)
 
     p = sub.add_parser("install", parents=[bundle], help="copy (or link) the skills into an agent's skills folder, without their evals/")
     p.add_argument("dest", nargs="?", default=defaults.SKILLS_DEST, help="destination folder (default: %(default)s)")

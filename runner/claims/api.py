@@ -84,3 +84,19 @@ def merge_gpu_results(bundle: Bundle, path: Path, *, skills: list[str] | None = 
     written = merge_cards(bundle, gpu_run, results) if write_cards else []
     return GpuMerge(format_table(gpu_run, results), any_failed(results), written)
 
+
+
+@dataclass
+class MutationRun:
+    report: str
+    ok: bool  # every skill at or above min_kill and no stale allow-list entry
+    json_path: Path
+    run: object  # mutate.MutateRun
+
+
+def mutate_claims(bundle: Bundle, *, skills: list[str] | None = None, pattern: str = "*", out: Path = Path(defaults.MUTATE_OUT), min_kill: float = defaults.MIN_KILL, allow_list: Path | None = None) -> MutationRun:
+    """Mutate every claim section, rerun the checks that read it, write mutate.json."""
+    from . import mutate
+
+    run = mutate.mutate_bundle(bundle, skills=skills, pattern=pattern, min_kill=min_kill, allow_path=allow_list)
+    return MutationRun(mutate.format_report(run), run.ok, mutate.write_report(run, out), run)

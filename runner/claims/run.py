@@ -44,7 +44,7 @@ def load_checks() -> dict:
         with quiet(stderr=True):
             import megatron.bridge.training.config  # noqa: F401 - the one slow import, timed apart from the checks
 
-            from . import fsdp, overlap  # noqa: F401 - registering their checks is the point
+            from . import fsdp, overlap, release  # noqa: F401 - registering their checks is the point
     except ImportError as error:
         raise UsageError(f"cannot import the pinned Megatron-Bridge ({error}); set up the environment with `bash run.sh`") from None
     return CHECKS
@@ -65,15 +65,30 @@ def _run_all(bundle: Bundle, skills: list[str] | None, pattern: str) -> list[Cla
             continue
         card = load_yaml(root / CARD_FILE).data
         sections = read_sections(root / SKILL_FILE)
-        for entry in card.get("claims", []):
-            claim_id = entry["id"]
-            if not fnmatch.fnmatchcase(claim_id, pattern):
-                continue
-            results.append(_run_one(root, claim_id, entry.get("statement", ""), sections, entry.get("tier", "cpu")))
+        results.extend(run_skill(root, card.get("claims", []), sections, pattern))
     return results
 
 
-def _run_one(root: Path, claim_id: str, statement: str, sections: dict, tier: str = "cpu") -> ClaimResult:
+def run_skill(root: Path, claims: list[dict], sections: dict, pattern: str = "*", only: set[str] | None = None, traces: dict | None = None) -> list[ClaimResult]:
+    """One skill's claims: every card entry with its check, and a failure for each check or
+    SKILL.md marker that the card does not list (a deleted entry must not skip its check)."""
+    results = []
+    listed = set()
+    for entry in claims:
+        claim_id = entry["id"]
+        listed.add(claim_id)
+        if not fnmatch.fnmatchcase(claim_id, pattern) or (only is not None and claim_id not in only):
+            continue
+        results.append(_run_one(root, claim_id, entry.get("statement", ""), sections, entry.get("tier", "cpu"), traces))
+    orphans = {key[1]: "a check is registered" for key in CHECKS if key[0] == root.name}
+    orphans.update({claim_id: "SKILL.md has a marker" for claim_id in sections})
+    for claim_id, why in sorted(orphans.items()):
+        if claim_id not in listed and fnmatch.fnmatchcase(claim_id, pattern) and (only is None or claim_id in only):
+            results.append(ClaimResult(root.name, claim_id, "", FAILED, 0.0, f"{why} for this claim, but card.yaml does not list it"))
+    return results
+
+
+def _run_one(root: Path, claim_id: str, statement: str, sections: dict, tier: str = "cpu", traces: dict | None = None) -> ClaimResult:
     def result(status: str, seconds: float, message: str = "") -> ClaimResult:
         return ClaimResult(root.name, claim_id, statement, status, seconds, message, tier)
 
@@ -85,13 +100,19 @@ def _run_one(root: Path, claim_id: str, statement: str, sections: dict, tier: st
     if claim_id not in sections:
         return result(FAILED, 0.0, "SKILL.md has no marker for this claim")
     start = time.perf_counter()
+    ctx = Context(root.name, root, sections[claim_id], sections)
+    if traces is not None:
+        traces[claim_id] = ctx.trace
     try:
-        check.func(Context(root.name, root, sections[claim_id], sections))
+        check.func(ctx)
     except AssertionError as failure:
         return result(FAILED, time.perf_counter() - start, str(failure) or "assertion failed")
-    except Exception as error:  # a check that crashes says so, with where
+    except (Exception, SystemExit) as error:  # a check that crashes (or a script that exits) says so, with where
         where = traceback.extract_tb(error.__traceback__)[-1]
         return result(ERROR, time.perf_counter() - start, f"{type(error).__name__}: {error} ({Path(where.filename).name}:{where.lineno})")
+    unread = ctx.unread()
+    if unread:
+        return result(FAILED, time.perf_counter() - start, f"SKILL.md states what its check does not hold: {unread[0]}" + (f" (and {len(unread) - 1} more)" if len(unread) > 1 else ""))
     if tier == "gpu":
         return result(NEEDS_GPU, time.perf_counter() - start, "what the GPU run trains builds and validates from SKILL.md; the training itself needs a GPU (gpu/validate.sh, then --gpu-results)")
     return result(PASSED, time.perf_counter() - start)

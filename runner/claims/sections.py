@@ -1,8 +1,12 @@
 """Claim sections of a SKILL.md: the text and code blocks that follow a claim marker.
 
 A section starts at `<!-- claim: ID -->` and runs to the next claim marker or heading.
-Checks read their inputs from here (the override block they execute, the messages and
-numbers they compare), so editing the skill's text is what a check sees.
+Checks read their inputs from here (the override block they execute, the values and
+messages they compare), so editing the skill's text is what a check sees.
+
+Also the one definition of a *fact token* (a backticked name or value, a quoted message,
+a number, True/False/None, an exception type): `mbskills validate` reports any outside a
+claim section, and a check must capture every one inside its own. Standard library only.
 """
 
 from __future__ import annotations
@@ -13,6 +17,32 @@ from pathlib import Path
 
 MARKER_RE = re.compile(r"<!--\s*claim:\s*([a-z0-9-]+)\s*-->")
 FENCE_RE = re.compile(r"^\s*(```|~~~)")
+
+# Group 1 (when it matched) is the token's content: a backtick or quote span counts by
+# what is inside it, so a check that captures `{name:code}` between backticks covers it.
+FACT_TOKEN_RE = re.compile(
+    r"`([^`\n]+)`"
+    r'|"([^"\n]+)"'
+    r"|(?<![\w.])([A-Z][A-Za-z]*(?:Error|Exception))\b"
+    r"|(?<![\w.])(True|False|None)\b"
+    r"|(?<![\w.])(\d+(?:\.\d+)*)(?![\w])"
+)
+MARKDOWN_PUNCTUATION = set(" \t-*.,;:()!?'")
+
+
+@dataclass(frozen=True)
+class FactToken:
+    start: int  # span of the content in the text it was found in
+    end: int
+    text: str
+
+
+def fact_tokens(text: str) -> list[FactToken]:
+    found = []
+    for match in FACT_TOKEN_RE.finditer(text):
+        group = next(g for g in range(1, 6) if match.group(g) is not None)
+        found.append(FactToken(match.start(group), match.end(group), match.group(group)))
+    return found
 
 
 @dataclass
@@ -28,6 +58,18 @@ class ClaimSection:
         return " ".join(" ".join(self.lines).split())
 
     @property
+    def prose(self) -> str:
+        """The section outside its code blocks, whitespace collapsed: what `Context.read` reads."""
+        kept, inside = [], False
+        for line in self.lines:
+            if FENCE_RE.match(line):
+                inside = not inside
+                kept.append("")  # a code block separates the sentences around it
+            elif not inside:
+                kept.append(line)
+        return " ".join(" ".join(kept).split())
+
+    @property
     def code_blocks(self) -> list[str]:
         blocks, current, inside = [], [], False
         for line in self.lines:
@@ -41,11 +83,13 @@ class ClaimSection:
         return blocks
 
 
-def read_sections(skill_md: Path) -> dict[str, ClaimSection]:
+def read_sections(skill_md: Path, text: str | None = None) -> dict[str, ClaimSection]:
+    """The claim sections of `skill_md`, or of `text` read as that file (a mutated copy)."""
     sections: dict[str, ClaimSection] = {}
     current: ClaimSection | None = None
     inside_fence = False
-    for number, line in enumerate(skill_md.read_text("utf-8").split("\n"), start=1):
+    source = skill_md.read_text("utf-8") if text is None else text
+    for number, line in enumerate(source.split("\n"), start=1):
         if FENCE_RE.match(line):
             inside_fence = not inside_fence
         marker = None if inside_fence else MARKER_RE.search(line)
@@ -59,3 +103,38 @@ def read_sections(skill_md: Path) -> dict[str, ClaimSection]:
         if current is not None:
             current.lines.append(line)
     return sections
+
+
+@dataclass(frozen=True)
+class BodyLine:
+    number: int  # 1-based, in the whole file
+    text: str
+    claim_id: str | None  # the claim section it belongs to, None outside any
+    in_code: bool
+    is_heading: bool
+
+
+def body_lines(text: str) -> list[BodyLine]:
+    """Every line after the front matter, with the claim section and code block it sits in."""
+    lines = text.split("\n")
+    start = 0
+    if lines and lines[0].strip() == "---":
+        for index in range(1, len(lines)):
+            if lines[index].strip() == "---":
+                start = index + 1
+                break
+    out, current, inside = [], None, False
+    for index in range(start, len(lines)):
+        line = lines[index]
+        fence = bool(FENCE_RE.match(line))
+        if fence:
+            inside = not inside
+        marker = None if (inside or fence) else MARKER_RE.search(line)
+        heading = not inside and not fence and line.startswith("#")
+        if marker:
+            current = marker.group(1)
+            continue
+        if heading:
+            current = None
+        out.append(BodyLine(index + 1, line, current, inside or fence, heading))
+    return out

@@ -176,7 +176,7 @@ def format_report(report: dict) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
     parser.add_argument("--config", help="MODULE:CALLABLE returning a ConfigContainer (instead of the layout flags)")
     parser.add_argument("--tp", type=int, default=1, help="tensor_model_parallel_size")
@@ -187,6 +187,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-tp-overlap", action="store_true", help="CommOverlapConfig(tp_comm_overlap=False)")
     parser.add_argument("--world-size", type=int, required=True, help="number of ranks to resolve for")
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     if min(args.tp, args.pp, args.world_size) < 1 or (args.vpp is not None and args.vpp < 1):
         parser.error("sizes must be positive integers")
