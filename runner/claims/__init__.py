@@ -8,6 +8,7 @@ the functions load on first use."""
 
 from importlib import import_module
 
+from .sections import body_lines, fact_tokens
 from .status import (
     CPU_RESULTS,
     ERROR,
@@ -38,6 +39,8 @@ __all__ = [
     "UNCHECKED",
     "VERIFIED_CPU",
     "VERIFIED_GPU",
+    "body_lines",
+    "fact_tokens",
     *_LAZY,
 ]
 

@@ -38,6 +38,7 @@ RULES: dict[str, str] = {
     "skill/claim-id": "a claim marker whose id is not kebab-case",
     "skill/duplicate-claim": "a claim marker used twice",
     "skill/claim-unknown": "a claim marker with no entry in card.yaml",
+    "skill/unclaimed-fact": "a backticked name or value, a number, a quoted message, True/False/None or an exception type outside any claim section (SKILL.md and references/*.md)",
     "skill/script-syntax": "a script in scripts/ does not parse (Python or bash)",
     "card/missing": "a skill has no card.yaml",
     "card/schema": "the skill card breaks runner/core/schemas/skill-card.schema.json",

@@ -155,6 +155,7 @@ def validate_skill(report: Report, root: Path, bundle: Bundle | None, names: set
             _check_with_reference_validator(report, skill)
         _check_body(report, skill)
         marker_ids = _claim_markers(report, skill)
+        _check_unclaimed_facts(report, skill)
     _check_scripts(report, root)
     _check_card(report, root, marker_ids)
     evals_path = root / EVALS_FILE
@@ -260,6 +261,24 @@ def _check_body(report: Report, skill: Skill) -> None:
                 report.add(path, number, "skill/reference-outside", f"{target!r} points outside the skill folder; installed skills cannot reach it")
             elif not resolved.exists():
                 report.add(path, number, "skill/missing-file", f"{target!r} is referenced but does not exist in the skill")
+
+
+def _check_unclaimed_facts(report: Report, skill: Skill) -> None:
+    """Every fact a skill states sits in a claim section, where its check reads it; outside
+    them only advice and framing, so no token that carries a value."""
+    from ..claims import body_lines, fact_tokens
+
+    documents = [(skill.skill_md, skill.skill_md.read_text("utf-8"))]
+    references = skill.root / "references"
+    if references.is_dir():
+        documents += [(path, path.read_text("utf-8", errors="replace")) for path in sorted(references.rglob("*.md"))]
+    for path, text in documents:
+        for line in body_lines(text):
+            if line.claim_id is not None or CLAIM_MARKER_RE.search(line.text):
+                continue
+            tokens = [t.text for t in fact_tokens(line.text)]
+            if tokens:
+                report.add(path, line.number, "skill/unclaimed-fact", f"{', '.join(repr(t) for t in tokens[:3])} stated outside any claim section; put it under a <!-- claim: ID --> marker whose check reads it, or drop it")
 
 
 def _claim_markers(report: Report, skill: Skill) -> dict[str, int]:
