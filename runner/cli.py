@@ -86,6 +86,16 @@ def cmd_mutate(args: argparse.Namespace) -> int:
     return EXIT_OK if mutated.ok else EXIT_FINDINGS
 
 
+def cmd_drift(args: argparse.Namespace) -> int:
+    from .claims import run_drift
+
+    releases = [r.strip() for r in args.releases.split(",") if r.strip()]
+    drift = run_drift(_bundle(args).root, releases, out=Path(args.out), cache=Path(args.cache) if args.cache else None, timeout=args.timeout, progress=say)
+    print(drift.table)
+    say(f"wrote {drift.json_path} and {drift.md_path}")
+    return EXIT_OK if drift.ok and not drift.unexplained and not drift.stale_notes else EXIT_FINDINGS
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
     from .providers import Settings, Transport
     from .run import EvalRequest, run_eval
@@ -282,6 +292,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-list", help=f"reviewed equivalent mutants (default: {defaults.MUTANTS_ALLOW} in the bundle)")
     p.add_argument("--out", default=defaults.MUTATE_OUT, help="folder for mutate.json (default: %(default)s)")
     p.set_defaults(func=cmd_mutate)
+
+    p = sub.add_parser(
+        "drift",
+        parents=[bundle],
+        help="run every claim against other Megatron-Bridge releases and table where they stop holding",
+        description="For each release, layers that megatron-bridge wheel (pip install --no-deps, cached) over the pinned environment and runs every claim there in a subprocess; prints a claim x release table and writes drift.json and drift.md. A claim that fails on another release must be explained in runner/claims/data/drift-notes.yaml. Exit 0 the pinned release passes and every drift is explained, 1 otherwise, 2 unusable input.",
+    )
+    p.add_argument("--releases", default=defaults.DRIFT_RELEASES, help="comma-separated megatron-bridge releases; the pinned one always runs first (default: %(default)s)")
+    p.add_argument("--out", default=defaults.DRIFT_OUT, help="folder for drift.json and drift.md (default: %(default)s)")
+    p.add_argument("--cache", help="folder for the release layers (default: ~/.cache/mbskills/drift, under $XDG_CACHE_HOME when set)")
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds for each release's install and each claim run (default: %(default)s)")
+    p.set_defaults(func=cmd_drift)
 
     p = sub.add_parser("install", parents=[bundle], help="copy (or link) the skills into an agent's skills folder, without their evals/")
     p.add_argument("dest", nargs="?", default=defaults.SKILLS_DEST, help="destination folder (default: %(default)s)")

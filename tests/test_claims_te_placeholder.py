@@ -17,6 +17,7 @@ assert install_te_placeholders() is True
 assert install_te_placeholders() is True  # idempotent
 finders = [f for f in sys.meta_path if type(f).__name__ == "_PlaceholderFinder"]
 assert len(finders) == 1, finders
+assert finders[0].names == TE_ONLY_MODULES  # the pinned release: exactly the two
 lora = importlib.import_module("megatron.bridge.peft.lora_layers")
 try:
     lora.LoRALinear(1, 2)
@@ -56,3 +57,15 @@ def test_skill_scripts_carry_the_same_module_list():
         sys.modules[spec.name] = module
         spec.loader.exec_module(module)
         assert module._TE_ONLY_MODULES == TE_ONLY_MODULES, script
+
+
+def test_older_releases_get_the_further_modules_they_import_te_in():
+    # Found with `mbskills drift`: 0.5.x imports TE at the top of two more modules.
+    from importlib.metadata import version
+
+    from runner.claims.environment import TE_ONLY_MODULES, te_only_modules
+
+    assert te_only_modules("0.6.2") == te_only_modules("0.6.0") == TE_ONLY_MODULES
+    for release in ("0.5.0", "0.5.1"):
+        assert te_only_modules(release) == TE_ONLY_MODULES | {"megatron.bridge.peft.lora", "megatron.bridge.diffusion.models.wan.utils"}
+    assert te_only_modules() == te_only_modules(version("megatron-bridge"))

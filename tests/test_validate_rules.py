@@ -147,3 +147,12 @@ def test_a_huge_file_is_refused_before_it_is_read(good_bundle: Path):
         handle.truncate(17 * 1024 * 1024)
     findings = validate_path(good_bundle)
     assert [(f.rule, Path(f.path).name) for f in findings] == [("file/too-large", "routing.json")]
+
+
+def test_facts_outside_claim_sections_are_found_in_references_too(good_bundle: Path):
+    references = good_bundle / "skills" / "demo-skill" / "references"
+    references.mkdir(exist_ok=True)
+    (references / "more.md").write_text("# More\n\nAdvice only.\n\nRaises `ValueError` past 3 widgets.\n\n<!-- claim: demo-enable -->\nHeld: `x`.\n")
+    findings = validate_path(good_bundle)
+    assert [(f.rule, f.line, Path(f.path).name) for f in findings] == [("skill/unclaimed-fact", 5, "more.md")]
+    assert "'ValueError', '3' stated outside any claim section" in findings[0].message

@@ -2,10 +2,11 @@
 
 - `install_te_placeholders()`: Megatron-Bridge 0.6.2 imports Transformer Engine
   unconditionally in exactly two modules that the training config layer pulls in
-  (`TE_ONLY_MODULES`). TE cannot be installed without CUDA, so those two modules are
-  replaced by placeholders whose every use raises; megatron-core itself still sees TE as
-  absent, as on any machine without it. Only those names are intercepted: any other
-  import error surfaces unchanged.
+  (`TE_ONLY_MODULES`); older releases in a few more (`TE_ONLY_BY_RELEASE`, chosen by the
+  installed megatron-bridge version, for `mbskills drift`). TE cannot be installed without
+  CUDA, so those modules are replaced by placeholders whose every use raises; megatron-core
+  itself still sees TE as absent, as on any machine without it. Only those names are
+  intercepted: any other import error surfaces unchanged.
 - `tiny_config()`: a ConfigContainer around a 2-layer GPT (hidden 64), NullTokenizer and
   mock data, so no recipe reads a config from a model hub.
 - `resolve()`: Bridge's own `runtime_config_update()` with WORLD_SIZE set, the way a real
@@ -27,6 +28,22 @@ from typing import Any, Iterator
 from ..core import MbskillsError
 
 TE_ONLY_MODULES = frozenset({"megatron.bridge.peft.lora_layers", "megatron.bridge.models.gpt_full_te_layer_autocast_spec"})
+# What older releases import TE in as well, by version prefix; found by running the claims
+# on each release without TE (`mbskills drift`). 0.5.x, both gone in 0.6.0:
+# peft/lora.py's top-level `import transformer_engine.pytorch as te` (the config layer
+# imports it), and diffusion/models/wan/utils.py's `import transformer_engine_torch`
+# (`import megatron.bridge.recipes` reaches it through the Wan recipe).
+TE_ONLY_BY_RELEASE: dict[str, frozenset[str]] = {
+    "0.5.": frozenset({"megatron.bridge.peft.lora", "megatron.bridge.diffusion.models.wan.utils"}),
+}
+
+
+def te_only_modules(release: str | None = None) -> frozenset[str]:
+    """TE_ONLY_MODULES plus what `release` (default: the installed megatron-bridge) adds."""
+    if release is None:
+        release = versions()["megatron-bridge"]
+    extra = [names for prefix, names in TE_ONLY_BY_RELEASE.items() if release.startswith(prefix)]
+    return TE_ONLY_MODULES.union(*extra)
 
 
 class NeedsTransformerEngine(MbskillsError, ImportError):
@@ -51,8 +68,11 @@ class _Placeholder:
 
 
 class _PlaceholderFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def __init__(self, names: frozenset[str] = TE_ONLY_MODULES) -> None:
+        self.names = names
+
     def find_spec(self, name: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
-        return importlib.machinery.ModuleSpec(name, self) if name in TE_ONLY_MODULES else None
+        return importlib.machinery.ModuleSpec(name, self) if name in self.names else None
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
         module = types.ModuleType(spec.name, "placeholder: this module needs Transformer Engine")
@@ -64,12 +84,13 @@ class _PlaceholderFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 
 def install_te_placeholders() -> bool:
-    """Intercept the two TE-only modules when TE is absent; True if installed now or before."""
+    """Intercept the installed release's TE-only modules when TE is absent; True if
+    installed now or before."""
     if any(isinstance(finder, _PlaceholderFinder) for finder in sys.meta_path):
         return True
     if importlib.util.find_spec("transformer_engine") is not None:
         return False
-    sys.meta_path.insert(0, _PlaceholderFinder())
+    sys.meta_path.insert(0, _PlaceholderFinder(te_only_modules()))
     return True
 
 

@@ -22,6 +22,11 @@ def parse_range(text: str) -> tuple[str, str]:
     return match.group(1), match.group(2) or match.group(1)
 
 
+def _next(version: str) -> str:
+    parts = version.split(".")
+    return ".".join(parts[:-1] + [str(int(parts[-1]) + 1)])
+
+
 def _front_matter(text: str) -> dict:
     import yaml
 
@@ -45,8 +50,18 @@ def check_release(ctx: Context) -> None:
     ctx.expect({c["id"] for c in card.get("claims", [])} == set(read_sections(skill_md)), f"{s.card} does not list exactly the claims marked in SKILL.md")
     stated = f"Megatron-Bridge {r.bridge} with megatron-core {r.core}"
     ctx.expect(str(front.get("compatibility", "")).startswith(stated), f"the front matter's compatibility line does not start {stated!r}")
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    try:
+        pins = {req.name: req.specifier for req in map(Requirement, str((front.get("metadata") or {}).get("targets", "")).split())}
+    except InvalidRequirement as error:
+        raise ClaimFailed(f"the front matter's metadata.targets is not a list of requirements: {error}") from None
+    bridge_pin, core_pin = pins.get("megatron-bridge"), pins.get("megatron-core")
+    ctx.expect(bridge_pin is not None and bridge_pin.contains(low) and bridge_pin.contains(high) and not bridge_pin.contains(_next(high)), f"metadata.targets pins megatron-bridge{bridge_pin}, not the range {r.bridge}")
+    ctx.expect(core_pin is not None and core_pin.contains(r.core) and not core_pin.contains(_next(r.core)), f"metadata.targets pins megatron-core{core_pin}, not {r.core}")
     targets = card.get("targets", {})
     ctx.expect((targets.get("megatron-bridge"), targets.get("megatron-core")) == (r.bridge, r.core), f"{s.card} targets {targets.get('megatron-bridge')} / {targets.get('megatron-core')}, SKILL.md says {r.bridge} / {r.core}")
 
 
-claim("nemo-mbridge-perf-tp-dp-comm-overlap", "overlap-release")(check_release)
+for _skill, _claim_id in (("nemo-mbridge-perf-megatron-fsdp", "fsdp-release"), ("nemo-mbridge-perf-tp-dp-comm-overlap", "overlap-release")):
+    claim(_skill, _claim_id)(check_release)
