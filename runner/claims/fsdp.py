@@ -32,8 +32,10 @@ from .environment import TE_ONLY_MODULES, preserved_environ, resolve, tiny_confi
 from .registry import (
     ClaimFailed,
     Context,
-    _exception_type,
+    assignment,
     claim,
+    comparison,
+    raised,
     resolve_symbol,
     source_of,
 )
@@ -51,34 +53,6 @@ def _squash(text: Any) -> str:
     return " ".join(str(text).split())
 
 
-def assignment(text: str) -> tuple[str, Any]:
-    """`cfg.dist.use_tp_pp_dp_mapping=True`, `ckpt_format="fsdp_dtensor"` or
-    `CUDA_DEVICE_MAX_CONNECTIONS=1` as the skill writes it: (target, literal value)."""
-    try:
-        body = ast.parse(text.strip()).body
-    except SyntaxError:
-        raise ClaimFailed(f"SKILL.md's `{text}` is not an assignment") from None
-    if len(body) != 1 or not isinstance(body[0], ast.Assign) or len(body[0].targets) != 1:
-        raise ClaimFailed(f"SKILL.md's `{text}` is not one assignment")
-    try:
-        value = ast.literal_eval(body[0].value)
-    except ValueError:
-        raise ClaimFailed(f"SKILL.md's `{text}` does not assign a literal value") from None
-    return ast.unparse(body[0].targets[0]), value
-
-
-def comparison(text: str) -> tuple[str, str, Any]:
-    """`pipeline_model_parallel_size > 1` as the skill writes it: (name, operator, value)."""
-    try:
-        node = ast.parse(text.strip(), mode="eval").body
-    except SyntaxError:
-        raise ClaimFailed(f"SKILL.md's `{text}` is not a comparison") from None
-    operators = {ast.Gt: ">", ast.GtE: ">=", ast.Lt: "<", ast.LtE: "<="}
-    if not (isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in operators):
-        raise ClaimFailed(f"SKILL.md's `{text}` is not one comparison")
-    return ast.unparse(node.left), operators[type(node.ops[0])], ast.literal_eval(node.comparators[0])
-
-
 def block_assignments(code: str) -> dict[str, Any]:
     """The literal assignments of a python code block, target -> value, in order."""
     out = {}
@@ -87,14 +61,6 @@ def block_assignments(code: str) -> dict[str, Any]:
             with contextlib.suppress(ValueError):
                 out[ast.unparse(node.targets[0])] = ast.literal_eval(node.value)
     return out
-
-
-def raised(text: str) -> tuple[type[BaseException], str]:
-    """`AssertionError: message` as the skill writes it: (exception type, message)."""
-    name, sep, message = text.partition(": ")
-    if not sep or not message.strip():
-        raise ClaimFailed(f"SKILL.md's `{text}` does not read 'ErrorType: message'")
-    return _exception_type(name.strip()), message
 
 
 def relative(path: str) -> list[str]:

@@ -125,7 +125,8 @@ def _section_spans(text: str) -> list[tuple[str, int, int, list[tuple[int, int]]
 _BACKTICK = re.compile(r"`([^`]{1,200})`")  # may wrap onto the next line
 _QUOTE = re.compile(r'"([^"]{1,300})"')
 _NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d+)*(?![\w])")
-_BOOL = re.compile(r"\b(True|False)\b")
+_BOOL = re.compile(r"\b(True|False|on|off)\b")  # prose says on/off where code says True/False
+BOOL_SWAP = {"True": "False", "False": "True", "on": "off", "off": "on"}
 _EXCEPTION = re.compile(r"\b(" + "|".join(EXCEPTION_SWAP) + r")\b")
 _NEGATION = re.compile(r"(\*\*not\*\*|\bnot\b|\bnever\b|\bno\b)\s?", re.IGNORECASE)
 _COMPARISON = re.compile(r"(?<![<>=-])(>=|<=|>|<)(?![>=-])|\b(at least|at most|more than|above|below)\b")
@@ -196,7 +197,9 @@ def generate(skill: str, text: str) -> list[Mutation]:
 
         names = list(dict.fromkeys(m.group(1) for m in _BACKTICK.finditer(body)))
         for m in _BOOL.finditer(body):
-            add(claim, "boolean", start + m.start(), start + m.end(), "False" if m.group(1) == "True" else "True")
+            if m.group(1) in ("on", "off") and in_code(m.start()):
+                continue
+            add(claim, "boolean", start + m.start(), start + m.end(), BOOL_SWAP[m.group(1)])
         for m in _NUMBER.finditer(body):
             add(claim, "number", start + m.start(), start + m.end(), _number_changed(m.group(0)))
         for m in _EXCEPTION.finditer(body):

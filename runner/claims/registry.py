@@ -70,11 +70,11 @@ _KINDS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "int": (r"-?[0-9][0-9_]*", lambda text: int(text.replace("_", ""))),
     "version": (r"[0-9]+(?:\.[0-9]+)+", str),
     "bool": (r"True|False", lambda text: text == "True"),
-    "exc": (r"[A-Z][A-Za-z]*(?:Error|Exception)", lambda text: _exception_type(text)),
+    "exc": (r"[A-Z][A-Za-z]*(?:Error|Exception)", lambda text: exception_type(text)),
 }
 
 
-def _exception_type(name: str) -> type[BaseException]:
+def exception_type(name: str) -> type[BaseException]:
     import builtins
 
     kind = getattr(builtins, name, None)
@@ -325,11 +325,43 @@ def arithmetic(text: str) -> int:
 
 
 def assignment(text: str) -> tuple[str, Any]:
-    """`cfg.ddp.bucket_size = 1234` or `overlap_p2p_comm=False` -> (target, value)."""
-    target, sep, value = text.partition("=")
-    if not sep or not re.fullmatch(r"[A-Za-z_][\w.]*", target.strip()):
+    """`cfg.ddp.bucket_size = 1234`, `ckpt_format="fsdp_dtensor"` or
+    `CUDA_DEVICE_MAX_CONNECTIONS=1` as the skill writes it: (target, literal value)."""
+    import ast
+
+    try:
+        body = ast.parse(text.strip()).body
+    except SyntaxError:
+        body = []
+    if len(body) != 1 or not isinstance(body[0], ast.Assign) or len(body[0].targets) != 1:
         raise ClaimFailed(f"SKILL.md writes {text!r} where an assignment belongs")
-    return target.strip(), literal(value)
+    try:
+        value = ast.literal_eval(body[0].value)
+    except ValueError:
+        raise ClaimFailed(f"SKILL.md's {text!r} does not assign a literal value") from None
+    return ast.unparse(body[0].targets[0]), value
+
+
+def comparison(text: str) -> tuple[str, str, Any]:
+    """`pipeline_model_parallel_size > 1` as the skill writes it: (name, operator, value)."""
+    import ast
+
+    operators = {ast.Gt: ">", ast.GtE: ">=", ast.Lt: "<", ast.LtE: "<="}
+    try:
+        node = ast.parse(text.strip(), mode="eval").body
+    except SyntaxError:
+        node = None
+    if not (isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in operators):
+        raise ClaimFailed(f"SKILL.md writes {text!r} where one comparison belongs")
+    return ast.unparse(node.left), operators[type(node.ops[0])], literal(ast.unparse(node.comparators[0]))
+
+
+def raised(text: str) -> tuple[type[BaseException], str]:
+    """`AssertionError: message` as the skill writes it: (exception type, message)."""
+    name, sep, message = text.partition(": ")
+    if not sep or not message.strip():
+        raise ClaimFailed(f"SKILL.md's {text!r} does not read 'ErrorType: message'")
+    return exception_type(name.strip()), message
 
 
 def call(text: str) -> tuple[str, dict[str, Any]]:
