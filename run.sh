@@ -2,7 +2,8 @@
 # The project's two entry points, each doing its own setup on a fresh machine:
 #   bash run.sh          the main job: validate the bundle, check every skill claim
 #                        against the pinned Megatron-Bridge (CPU), mutate every claim
-#                        section to show the checks notice, then run the evals:
+#                        section to show the checks notice, run the claims on the other
+#                        releases (mbskills drift, wheels from PyPI), then run the evals:
 #                        against $MBSKILLS_MODEL (e.g. anthropic:claude-sonnet-4-5) when
 #                        set, else offline from the recorded answers in evals/calibration,
 #                        grade them ($MBSKILLS_JUDGE as the judge when set) and write reports
@@ -172,6 +173,7 @@ main() {
             "$VENV/bin/mbskills" validate "$ROOT"
             "$VENV/bin/mbskills" check --out "$ROOT/out/claims"
             "$VENV/bin/mbskills" mutate --out "$ROOT/out/mutate"
+            "$VENV/bin/mbskills" drift --out "$ROOT/out/drift"
             run_evals
             ;;
         test)
