@@ -147,3 +147,21 @@ def test_the_bundle_skills_kill_at_least_95_percent(tmp_path: Path):
     payload = json.loads((out / "mutate.json").read_text())
     assert {s["skill"] for s in payload["skills"]} == {"nemo-mbridge-perf-megatron-fsdp", "nemo-mbridge-perf-tp-dp-comm-overlap"}
     assert all(s["rate"] >= 0.95 and s["total"] > 100 for s in payload["skills"])
+
+
+def test_claims_in_references_are_checked_and_mutated(toy_bundle: Path, monkeypatch):
+    from runner.claims.run import run_checks
+
+    skill = toy_bundle / "skills" / TOY
+    (skill / "references").mkdir()
+    (skill / "references" / "extra.md").write_text("# Extra\n\n<!-- claim: toy-ref -->\nThe extra value is 5.\n", "utf-8")
+    (skill / "card.yaml").write_text(CARD + "  - id: toy-ref\n    statement: The extra value is 5.\n", "utf-8")
+
+    def extra(ctx) -> None:
+        ctx.expect(ctx.read("The extra value is {n:int}.").n == 5, "the extra value is 5")
+
+    monkeypatch.setitem(CHECKS, (TOY, "toy-ref"), Check(TOY, "toy-ref", extra))
+    assert {r.claim: r.status for r in run_checks(Bundle(toy_bundle))}["toy-ref"] == "passed"
+    run = mutate_bundle(Bundle(toy_bundle))
+    ref = [o for o in run.outcomes if o.mutation.file == "references/extra.md"]
+    assert {(o.mutation.operator, o.mutation.was, o.killed) for o in ref} == {("number", "5", True), ("sentence", "The extra value is 5.", True)}

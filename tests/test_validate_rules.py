@@ -152,7 +152,16 @@ def test_a_huge_file_is_refused_before_it_is_read(good_bundle: Path):
 def test_facts_outside_claim_sections_are_found_in_references_too(good_bundle: Path):
     references = good_bundle / "skills" / "demo-skill" / "references"
     references.mkdir(exist_ok=True)
-    (references / "more.md").write_text("# More\n\nAdvice only.\n\nRaises `ValueError` past 3 widgets.\n\n<!-- claim: demo-enable -->\nHeld: `x`.\n")
+    (references / "more.md").write_text("# More\n\nAdvice only.\n\nRaises `ValueError` past 3 widgets.\n\n<!-- claim: demo-more -->\nHeld: `x`.\n")
     findings = validate_path(good_bundle)
-    assert [(f.rule, f.line, Path(f.path).name) for f in findings] == [("skill/unclaimed-fact", 5, "more.md")]
+    assert [(f.rule, f.line, Path(f.path).name) for f in findings] == [("skill/unclaimed-fact", 5, "more.md"), ("skill/claim-unknown", 7, "more.md")]
     assert "'ValueError', '3' stated outside any claim section" in findings[0].message
+
+
+def test_a_claim_marked_in_skill_md_and_a_reference_is_a_duplicate(good_bundle: Path):
+    references = good_bundle / "skills" / "demo-skill" / "references"
+    references.mkdir(exist_ok=True)
+    (references / "again.md").write_text("# Again\n\n<!-- claim: demo-enable -->\nHeld.\n")
+    findings = validate_path(good_bundle)
+    assert [(f.rule, f.line, Path(f.path).name) for f in findings] == [("skill/duplicate-claim", 3, "again.md")]
+    assert "already stands at SKILL.md:" in findings[0].message

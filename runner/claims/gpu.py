@@ -380,10 +380,10 @@ RUNNERS = {"fsdp": check_fsdp, "overlap-dp": check_overlap_dp, "overlap-tp": che
 
 def skill_context(bundle_root: Path, skill: str, claim_id: str) -> Any:
     from .registry import ClaimFailed, Context
-    from .sections import read_sections
+    from .sections import read_skill_sections
 
     root = bundle_root / "skills" / skill
-    sections = read_sections(root / "SKILL.md")
+    sections = read_skill_sections(root)
     if claim_id not in sections:
         raise ClaimFailed(f"skills/{skill}/SKILL.md has no marker for claim {claim_id}")
     return Context(skill, root, sections[claim_id], sections)

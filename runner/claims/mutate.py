@@ -37,11 +37,12 @@ class Mutation:
     skill: str
     claim: str
     operator: str
-    line: int  # 1-based line of the change in SKILL.md
+    line: int  # 1-based line of the change in its file
     was: str
     now: str
-    start: int  # offsets into the SKILL.md text
+    start: int  # offsets into the file's text
     end: int
+    file: str = "SKILL.md"  # relative to the skill folder
 
     def apply(self, text: str) -> str:
         return text[: self.start] + self.now + text[self.end :]
@@ -181,12 +182,12 @@ def _sentences(text: str, start: int, end: int, code: list[tuple[int, int]]) -> 
     return [(a, b) for a, b in spans if text[a:b].strip(" -*\n")]
 
 
-def generate(skill: str, text: str) -> list[Mutation]:
+def generate(skill: str, text: str, file: str = "SKILL.md") -> list[Mutation]:
     mutations: list[Mutation] = []
 
     def add(claim: str, operator: str, start: int, end: int, now: str) -> None:
         if text[start:end] != now:
-            mutations.append(Mutation(skill, claim, operator, text.count("\n", 0, start) + 1, text[start:end], now, start, end))
+            mutations.append(Mutation(skill, claim, operator, text.count("\n", 0, start) + 1, text[start:end], now, start, end, file))
 
     for claim, start, end, code in _section_spans(text):
         body = text[start:end]
@@ -282,7 +283,7 @@ def _classify(results) -> tuple[bool, str, str, str]:
 def mutate_bundle(bundle: Bundle, *, skills: list[str] | None = None, pattern: str = "*", min_kill: float = 0.95, allow_path: Path | None = None, progress=None) -> MutateRun:
     from .run import load_checks, run_skill
     from .environment import quiet
-    from .sections import read_sections
+    from .sections import read_skill_sections, skill_documents
     from .status import OK_RESULTS
 
     bundle.require_skills(skills)
@@ -295,25 +296,25 @@ def mutate_bundle(bundle: Bundle, *, skills: list[str] | None = None, pattern: s
         for root in bundle.skill_dirs():
             if skills and root.name not in skills:
                 continue
-            skill_md = root / SKILL_FILE
-            text = skill_md.read_text("utf-8")
+            texts = {path: path.read_text("utf-8") for path in skill_documents(root) if path.is_file()}
             claims = load_yaml(root / CARD_FILE).data.get("claims", [])
             traces: dict = {}
-            baseline = run_skill(root, claims, read_sections(skill_md, text), traces=traces)
+            baseline = run_skill(root, claims, read_skill_sections(root, texts), traces=traces)
             broken = [r for r in baseline if r.status not in OK_RESULTS]
             if broken:
-                raise UsageError(f"{skill_md}: mutation testing needs every claim passing first; {broken[0].claim} is {broken[0].status}: {broken[0].message} (run `mbskills check`)")
+                raise UsageError(f"{root / SKILL_FILE}: mutation testing needs every claim passing first; {broken[0].claim} is {broken[0].status}: {broken[0].message} (run `mbskills check`)")
             readers: dict[str, set[str]] = {}
             for claim_id, trace in traces.items():
                 readers.setdefault(claim_id, set()).add(claim_id)
                 for sibling in trace.siblings:
                     readers.setdefault(sibling, set()).add(claim_id)
             score = SkillScore(root.name)
-            mutations = [m for m in generate(root.name, text) if fnmatch.fnmatchcase(m.claim, pattern)]
+            mutations = [m for path, text in texts.items() for m in generate(root.name, text, path.relative_to(root).as_posix()) if fnmatch.fnmatchcase(m.claim, pattern)]
             for number, mutation in enumerate(mutations, start=1):
-                context = mutation.context(text)
-                mutated = mutation.apply(text)
-                results = run_skill(root, claims, read_sections(skill_md, mutated), only=readers.get(mutation.claim, {mutation.claim}))
+                path = root / mutation.file
+                context = mutation.context(texts[path])
+                mutated = {**texts, path: mutation.apply(texts[path])}
+                results = run_skill(root, claims, read_skill_sections(root, mutated), only=readers.get(mutation.claim, {mutation.claim}))
                 killed, how, by, message = _classify(results)
                 outcome = Outcome(mutation, killed, how, by, message, context)
                 if not killed:
@@ -347,7 +348,7 @@ def format_report(run: MutateRun) -> str:
         )
         for outcome in score.survivors:
             m = outcome.mutation
-            lines.append(f"  survived: SKILL.md:{m.line} [{m.claim}] {m.operator}: {m.was!r} -> {m.now!r}   in: {outcome.context[:100]}")
+            lines.append(f"  survived: {m.file}:{m.line} [{m.claim}] {m.operator}: {m.was!r} -> {m.now!r}   in: {outcome.context[:100]}")
     lines.extend(run.stale)
     verdict = "ok" if run.ok else "FAILED"
     lines.append(f"{verdict}: target {run.min_kill:.0%} killed per skill; {sum(s.total for s in run.scores)} mutants in {run.seconds:.1f} s")

@@ -10,7 +10,7 @@ import re
 from ..load import CARD_FILE, load_yaml
 from .environment import versions
 from .registry import ClaimFailed, Context, claim
-from .sections import read_sections
+from .sections import read_skill_sections
 
 RANGE_RE = re.compile(r"(\d+(?:\.\d+)+)(?: to (\d+(?:\.\d+)+))?")
 
@@ -47,7 +47,7 @@ def check_release(ctx: Context) -> None:
     front = _front_matter(skill_md.read_text("utf-8"))
     ctx.expect(s.card == CARD_FILE == (front.get("metadata") or {}).get("card"), f"SKILL.md names {s.card!r} as its card; the front matter says {(front.get('metadata') or {}).get('card')!r}")
     card = load_yaml(ctx.skill_root / s.card).data
-    ctx.expect({c["id"] for c in card.get("claims", [])} == set(read_sections(skill_md)), f"{s.card} does not list exactly the claims marked in SKILL.md")
+    ctx.expect({c["id"] for c in card.get("claims", [])} == set(read_skill_sections(ctx.skill_root)), f"{s.card} does not list exactly the claims marked in SKILL.md and references/")
     stated = f"Megatron-Bridge {r.bridge} with megatron-core {r.core}"
     ctx.expect(str(front.get("compatibility", "")).startswith(stated), f"the front matter's compatibility line does not start {stated!r}")
     from packaging.requirements import InvalidRequirement, Requirement

@@ -15,9 +15,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..core import UsageError
-from ..load import CARD_FILE, SKILL_FILE, Bundle, load_yaml
+from ..load import CARD_FILE, Bundle, load_yaml
 from .registry import CHECKS, Context
-from .sections import read_sections
+from .sections import DuplicateClaim, read_skill_sections
 from .status import ERROR, FAILED, MISSING, NEEDS_GPU, PASSED, cpu_card_status
 
 
@@ -44,7 +44,7 @@ def load_checks() -> dict:
         with quiet(stderr=True):
             import megatron.bridge.training.config  # noqa: F401 - the one slow import, timed apart from the checks
 
-            from . import fsdp, overlap, release  # noqa: F401 - registering their checks is the point
+            from . import fsdp, fsdp_topics, overlap, overlap_topics, release  # noqa: F401 - registering their checks is the point
     except ImportError as error:
         raise UsageError(f"cannot import the pinned Megatron-Bridge ({error}); set up the environment with `bash run.sh`") from None
     return CHECKS
@@ -64,7 +64,10 @@ def _run_all(bundle: Bundle, skills: list[str] | None, pattern: str) -> list[Cla
         if skills and root.name not in skills:
             continue
         card = load_yaml(root / CARD_FILE).data
-        sections = read_sections(root / SKILL_FILE)
+        try:
+            sections = read_skill_sections(root)
+        except DuplicateClaim as error:
+            raise UsageError(str(error)) from None
         results.extend(run_skill(root, card.get("claims", []), sections, pattern))
     return results
 

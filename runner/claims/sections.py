@@ -105,6 +105,30 @@ def read_sections(skill_md: Path, text: str | None = None) -> dict[str, ClaimSec
     return sections
 
 
+def skill_documents(root: Path) -> list[Path]:
+    """The files of a skill that state facts: SKILL.md, then references/*.md (read on demand)."""
+    references = root / "references"
+    return [root / "SKILL.md"] + (sorted(references.rglob("*.md")) if references.is_dir() else [])
+
+
+class DuplicateClaim(ValueError):
+    pass
+
+
+def read_skill_sections(root: Path, texts: dict[Path, str] | None = None) -> dict[str, ClaimSection]:
+    """The claim sections of every document of a skill; `texts` replaces a file's text (a
+    mutated copy). A claim id marked in two places is an error, not a silent overwrite."""
+    sections: dict[str, ClaimSection] = {}
+    for path in skill_documents(root):
+        if not path.is_file():
+            continue
+        for claim_id, section in read_sections(path, (texts or {}).get(path)).items():
+            if claim_id in sections:
+                raise DuplicateClaim(f"{path}:{section.line}: claim {claim_id} is also marked in {sections[claim_id].path.name}")
+            sections[claim_id] = section
+    return sections
+
+
 @dataclass(frozen=True)
 class BodyLine:
     number: int  # 1-based, in the whole file

@@ -145,7 +145,7 @@ def validate_skill(report: Report, root: Path, bundle: Bundle | None, names: set
         skill = load_skill(root)
     except LoadError as error:
         report.load(error)
-    marker_ids: dict[str, int] | None = None  # None: SKILL.md unreadable, skip the cross-check
+    marker_ids: dict[str, tuple[Path, int]] | None = None  # None: SKILL.md unreadable, skip the cross-check
     if skill is not None:
         before = len(report.findings)
         _check_frontmatter(report, skill)
@@ -281,17 +281,24 @@ def _check_unclaimed_facts(report: Report, skill: Skill) -> None:
                 report.add(path, line.number, "skill/unclaimed-fact", f"{', '.join(repr(t) for t in tokens[:3])} stated outside any claim section; put it under a <!-- claim: ID --> marker whose check reads it, or drop it")
 
 
-def _claim_markers(report: Report, skill: Skill) -> dict[str, int]:
-    markers: dict[str, int] = {}
-    for offset, line in enumerate(skill.body.split("\n")):
-        for match in CLAIM_MARKER_RE.finditer(line):
-            claim_id, number = match.group(1), skill.document.body_start_line + offset
-            if claim_id in markers:
-                report.add(skill.skill_md, number, "skill/duplicate-claim", f"claim marker {claim_id!r} already stands at line {markers[claim_id]}")
-            elif not NAME_RE.match(claim_id):
-                report.add(skill.skill_md, number, "skill/claim-id", f"claim id {claim_id!r} must be kebab-case")
-            else:
-                markers[claim_id] = number
+def _claim_markers(report: Report, skill: Skill) -> dict[str, tuple[Path, int]]:
+    """Claim id -> (file, line) for the markers of SKILL.md and references/*.md."""
+    markers: dict[str, tuple[Path, int]] = {}
+    documents = [(skill.skill_md, skill.body.split("\n"), skill.document.body_start_line)]
+    references = skill.root / "references"
+    if references.is_dir():
+        documents += [(path, path.read_text("utf-8", errors="replace").split("\n"), 1) for path in sorted(references.rglob("*.md"))]
+    for path, lines, first in documents:
+        for offset, line in enumerate(lines):
+            for match in CLAIM_MARKER_RE.finditer(line):
+                claim_id, number = match.group(1), first + offset
+                if claim_id in markers:
+                    where, at = markers[claim_id]
+                    report.add(path, number, "skill/duplicate-claim", f"claim marker {claim_id!r} already stands at {where.name}:{at}")
+                elif not NAME_RE.match(claim_id):
+                    report.add(path, number, "skill/claim-id", f"claim id {claim_id!r} must be kebab-case")
+                else:
+                    markers[claim_id] = (path, number)
     return markers
 
 
@@ -315,7 +322,7 @@ def _check_scripts(report: Report, root: Path) -> None:
                 report.add(script, line, "skill/script-syntax", f"bash does not parse: {message}")
 
 
-def _check_card(report: Report, root: Path, marker_ids: dict[str, int] | None) -> None:
+def _check_card(report: Report, root: Path, marker_ids: dict[str, tuple[Path, int]] | None) -> None:
     card_path = root / CARD_FILE
     card = _load_yaml_file(report, card_path, "card/missing", "skill has no card.yaml")
     if card is None or not _schema(report, card_path, card, "skill-card", "card/schema"):
@@ -330,12 +337,12 @@ def _check_card(report: Report, root: Path, marker_ids: dict[str, int] | None) -
             report.add(card_path, line, "card/duplicate-claim", f"claim id {claim['id']!r} is listed twice")
         seen.add(claim["id"])
         if marker_ids is not None and claim["id"] not in marker_ids:
-            report.add(card_path, line, "card/claim-unanchored", f"claim {claim['id']!r} has no <!-- claim: {claim['id']} --> marker in SKILL.md")
+            report.add(card_path, line, "card/claim-unanchored", f"claim {claim['id']!r} has no <!-- claim: {claim['id']} --> marker in SKILL.md or references/")
         if claim["status"] != UNCHECKED and "checked" not in claim:
             report.add(card_path, card.line(("claims", index, "status")), "card/claim-status", f"status {claim['status']!r} needs the 'checked' record that `mbskills check --write-cards` writes")
-    for claim_id, line in sorted((marker_ids or {}).items(), key=lambda item: item[1]):
+    for claim_id, (path, line) in sorted((marker_ids or {}).items(), key=lambda item: (str(item[1][0]), item[1][1])):
         if claim_id not in seen:
-            report.add(root / SKILL_FILE, line, "skill/claim-unknown", f"claim marker {claim_id!r} has no entry in card.yaml")
+            report.add(path, line, "skill/claim-unknown", f"claim marker {claim_id!r} has no entry in card.yaml")
 
 
 # --- evals ------------------------------------------------------------------------------
