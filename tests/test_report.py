@@ -313,7 +313,8 @@ def test_shipped_calibration_sets_are_complete_and_the_held_out_one_comes_first(
     shown = capsys.readouterr().out
     names = [line.split(" set (", 1)[0] for line in shown.splitlines() if " set (" in line]
     assert names == ["held-out", "dev", "training"]
-    assert "training set" in shown and "72 labelled answers (24 good, 48 bad)" in shown.split("training set", 1)[1]
+    cases = len(bundle_cases(Bundle(REPO)))
+    assert "training set" in shown and f"{cases * 3} labelled answers ({cases} good, {cases * 2} bad)" in shown.split("training set", 1)[1]
 
 
 # -- the HTML report in a real browser ---------------------------------------------------

@@ -61,7 +61,7 @@ def test_360_records_with_30_percent_of_requests_faulted(tmp_path, capsys):
         first_wall = time.perf_counter() - started
         first = load(out)
         keys = [r["key"] for r in first]
-        assert len(keys) == len(set(keys)) == 24 * 3 * 5
+        assert len(keys) == len(set(keys)) == len(CASES) * 3 * 5
         errors = [r for r in first if r["status"] == "error"]
         assert code == (1 if errors else 0)
         assert errors, "with one retry, some requests should fail for good under 30% faults"
