@@ -46,7 +46,8 @@ _TABLE_ROW_RE = re.compile(r"^\s*\|\s*(?:cfg\.)?((?:\w+\.)*\w*_\w*|\w+\.\w+(?:\.
 _BINDING_RE = re.compile(r"^\s*(\w+)\s*=\s*((?:cfg|config|c)(?:\.\w+)+)\s*$", re.MULTILINE)
 
 # A statement turned around: a negation, or a condition that makes an always-rule conditional.
-NEGATION_RE = re.compile(r"\b(?<!-)(?:not|never|no longer|cannot|neither|nor)\b(?!\s+only\b)|\bonly\s+(?:if|when|needed|required|matters|applies|trips|fires|triggers|bites|happens)\b", re.IGNORECASE)
+# "not None" names a value (Python's "is not None"), not a negation; "no need to X" denies X.
+NEGATION_RE = re.compile(r"\b(?<!-)(?:not(?!\s+None\b)|never|no longer|no need|cannot|neither|nor)\b(?!\s+only\b)|\bonly\s+(?:if|when|needed|required|matters|applies|trips|fires|triggers|bites|happens)\b", re.IGNORECASE)
 _CLAUSE_END_RE = re.compile(r"[.;:!?,\u2014\u2013](?:\s|$)|\s-\s|\n|\bbut\b|\bhowever\b|\bwhile\b|\bwhereas\b|\bjust\b|\bonly\b(?=\s+(?:a|an|the)\b)", re.IGNORECASE)
 _LOOKBACK_WORDS = 6
 # What follows a statement can turn it around too: "X = True is not required", "fsdp_dtensor
