@@ -73,7 +73,7 @@ def test_360_records_with_30_percent_of_requests_faulted(tmp_path, capsys):
         assert 0.25 < faults / requests < 0.35
         # failed records are the harness's failures, never the model's: the run is incomplete
         assert main(["grade", str(out), "--resamples", "200"]) == 3
-        assert f"incomplete: {360 - len(errors)} of 360 records (0 missing, {len(errors)} ended in an error)" in capsys.readouterr().err
+        assert f"incomplete: {len(keys) - len(errors)} of {len(keys)} records (0 missing, {len(errors)} ended in an error)" in capsys.readouterr().err
         assert not (out / "report.json").exists()  # nothing half-graded is written
         assert main(["grade", str(out), "--resamples", "200", "--allow-incomplete"]) == 0
         report = json.loads((out / "report.json").read_text())
@@ -81,8 +81,8 @@ def test_360_records_with_30_percent_of_requests_faulted(tmp_path, capsys):
         for condition in ("baseline", "skills", "inline"):
             ok = sum(1 for r in first if r["condition"] == condition and r["status"] == "ok")
             cell = report["overall"]["conditions"][condition]
-            assert cell["records"] + cell["ungraded"] == ok and cell["errors"] == 120 - ok
-        assert f"Incomplete: {360 - len(errors)} of 360 records" in (out / "BENCHMARK.md").read_text()
+            assert cell["records"] + cell["ungraded"] == ok and cell["errors"] == len(CASES) * 5 - ok
+        assert f"Incomplete: {len(keys) - len(errors)} of {len(keys)} records" in (out / "BENCHMARK.md").read_text()
         # rerunning the same command retries only the failed records, until none is left
         reruns = 0
         while any(r["status"] == "error" for r in load(out)) and reruns < 8:
@@ -91,10 +91,10 @@ def test_360_records_with_30_percent_of_requests_faulted(tmp_path, capsys):
         final = load(out)
     finally:
         server.stop()
-    assert all(r["status"] == "ok" for r in final) and len({r["key"] for r in final}) == len(final) == 360
+    assert all(r["status"] == "ok" for r in final) and len({r["key"] for r in final}) == len(final) == len(CASES) * 3 * 5
     kept = {r["key"]: r for r in first if r["status"] == "ok"}
     assert all(r == kept[r["key"]] for r in final if r["key"] in kept)  # finished records never rewritten
-    print(f"\nFIGURES faulted-run: records=360 requests={requests} faults={faults} ({100 * faults / requests:.1f}%) by kind={dict(sorted(server.faults_served.items()))} "
+    print(f"\nFIGURES faulted-run: records={len(final)} requests={requests} faults={faults} ({100 * faults / requests:.1f}%) by kind={dict(sorted(server.faults_served.items()))} "
           f"errors_first_pass={len(errors)} reruns_to_complete={reruns} first_pass_wall_s={first_wall:.1f}", file=sys.__stderr__)
 
 
@@ -113,7 +113,7 @@ def test_ten_kills_then_a_restart_equal_an_uninterrupted_run(tmp_path):
         records = killed / "records.jsonl"
         while kills < 10:
             before = len(lines(records)) if records.exists() else 0
-            if before > 288 - 25:
+            if before > len(CASES) * 3 * 4 - 25:
                 break
             process = subprocess.Popen(_command(killed, tmp_path / "killed.sqlite", server.openai_url), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             target, deadline = before + rng.randint(1, 20), time.time() + 60
@@ -134,7 +134,7 @@ def test_ten_kills_then_a_restart_equal_an_uninterrupted_run(tmp_path):
     got, truncated = read_records(records)
     assert not truncated
     reference = {r["key"]: r for r in load(whole)}
-    assert len(got) == len({r["key"] for r in got}) == len(reference) == 288
+    assert len(got) == len({r["key"] for r in got}) == len(reference) == len(CASES) * 3 * 4
     for record in got:
         assert {k: record[k] for k in CONTENT} == {k: reference[record["key"]][k] for k in CONTENT}
         assert len(record["turns"]) == len(reference[record["key"]]["turns"])
@@ -157,7 +157,7 @@ def test_a_second_process_on_the_same_run_directory_stops_and_harms_nothing(tmp_
     assert second.returncode == 2
     assert second.stderr.strip() == f"mbskills: error: {out}: another mbskills eval is writing this run (pid {first.pid}); wait for it or choose another --out"
     records = load(out)
-    assert len(records) == len({r["key"] for r in records}) == 288
+    assert len(records) == len({r["key"] for r in records}) == len(CASES) * 3 * 4
 
 
 def test_an_adversarial_model_gets_tool_errors_and_the_run_goes_on(tmp_path, repo_bundle):

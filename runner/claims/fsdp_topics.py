@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Callable
 from unittest import mock
 
+from ..core import MbskillsError
 from .environment import collect_warnings, resolve, tiny_config
 from .fsdp import assign, block_assignments, distinct, fsdp_config, lookup, passes, raises_exactly, relative, symbol
 from .registry import ClaimFailed, Context, assignment, claim, comparison, function_source, literal, raised, resolve_symbol, source_of, threshold
@@ -117,7 +118,7 @@ def guarded_raise(ctx: Context, tree: ast.AST, kind: type[BaseException], messag
 # --- running the Megatron FSDP adapter's constructor on CPU -------------------------------
 
 
-class _HandedOver(Exception):
+class _HandedOver(MbskillsError):
     """Raised by the MegatronFSDP stand-in: the adapter got as far as building the core."""
 
 

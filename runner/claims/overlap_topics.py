@@ -23,6 +23,7 @@ import warnings
 from pathlib import Path
 from unittest import mock
 
+from ..core import MbskillsError
 from .environment import collect_warnings, preserved_environ, resolve, tiny_config
 from .overlap import comm_overlap_module, distinct, get_value, overlap, p2p, set_value
 from .registry import ClaimFailed, Context, assignment, claim, comparison, literal, raised, resolve_symbol, source_of, threshold
@@ -161,7 +162,7 @@ class _Group:
         return self._rank
 
 
-class _Stop(Exception):
+class _Stop(MbskillsError):
     """Raised where the wrapper would start touching CUDA: everything before it has run."""
 
 
