@@ -1,0 +1,32 @@
+"""Proposed checks (skills/*/evals/checks.proposed.yaml) are kept well-formed, but the grader
+never reads them: a case whose checks are only proposed is graded without them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from conftest import REPO
+from runner.load import Bundle, bundle_cases
+from runner.load.checks import read_checks
+
+SKILLS = sorted(p for p in (REPO / "skills").iterdir() if (p / "evals" / "checks.proposed.yaml").is_file())
+
+
+def test_proposed_checks_parse_against_their_cases_and_are_not_admitted():
+    assert SKILLS, "no proposed checks file"
+    cases = bundle_cases(Bundle(REPO))
+    for skill in SKILLS:
+        own = [c for c in cases if c.key.startswith(f"{skill.name}/")]
+        proposed, findings = read_checks(skill / "evals" / "checks.proposed.yaml", own)
+        assert findings == [] and proposed, skill.name
+        admitted = yaml.safe_load((skill / "evals" / "checks.yaml").read_text()) or {}
+        assert not {key.split("/", 1)[1] for key in proposed} & set(admitted), f"{skill.name}: a case has admitted and proposed checks"
+
+
+def test_the_grader_does_not_read_proposed_checks(tmp_path: Path):
+    from runner.load.checks import sidecar_for
+
+    for skill in SKILLS:
+        assert sidecar_for(skill / "evals" / "evals.json").name == "checks.yaml"
