@@ -25,6 +25,13 @@ def replace(path: Path, old: str, new: str) -> None:
     path.write_text(text.replace(old, new), "utf-8")
 
 
+def drop_card_entry(bundle: Path, claim_id: str) -> None:
+    card = bundle / "skills" / OVERLAP / "card.yaml"
+    text = card.read_text("utf-8")
+    start = text.index(f"  - id: {claim_id}\n")
+    card.write_text(text[:start] + text[text.index("  - id: ", start + 1) :], "utf-8")
+
+
 def result_of(bundle: Path, claim_id: str):
     results = {r.claim: r for r in run_checks(Bundle(bundle), skills=[OVERLAP], pattern=claim_id)}
     return results[claim_id]
@@ -66,10 +73,7 @@ def test_the_new_wording_passes(checks):
 
 def test_a_deleted_card_entry_fails_its_check_instead_of_skipping_it(checks, tmp_path: Path):
     bundle = copy_bundle(tmp_path)
-    card = bundle / "skills" / OVERLAP / "card.yaml"
-    text = card.read_text("utf-8")
-    start = text.index("  - id: overlap-pp-p2p\n")
-    card.write_text(text[:start] + text[text.index("  - id: ", start + 1) :], "utf-8")
+    drop_card_entry(bundle, "overlap-pp-p2p")
     result = result_of(bundle, "overlap-pp-p2p")
     assert result.status == FAILED and "card.yaml does not list it" in result.message
 
@@ -78,9 +82,6 @@ def test_a_check_without_a_marker_or_card_entry_fails(checks, tmp_path: Path):
     bundle = copy_bundle(tmp_path)
     skill_md = bundle / "skills" / OVERLAP / "SKILL.md"
     replace(skill_md, "<!-- claim: overlap-bucket-size-units -->\n", "")
-    card = bundle / "skills" / OVERLAP / "card.yaml"
-    text = card.read_text("utf-8")
-    start = text.index("  - id: overlap-bucket-size-units\n")
-    card.write_text(text[:start] + text[text.index("  - id: ", start + 1) :], "utf-8")
+    drop_card_entry(bundle, "overlap-bucket-size-units")
     result = result_of(bundle, "overlap-bucket-size-units")
     assert result.status == FAILED and "a check is registered for this claim, but card.yaml does not list it" in result.message

@@ -29,6 +29,8 @@ from typing import Any
 from unittest import mock
 
 from .environment import TE_ONLY_MODULES, preserved_environ, resolve, tiny_config
+from .registry import get_field as lookup
+from .registry import set_field as assign
 from .registry import (
     ClaimFailed,
     Context,
@@ -67,23 +69,6 @@ def relative(path: str) -> list[str]:
     """`cfg.checkpoint.save` or `checkpoint.save` -> ['checkpoint', 'save']."""
     parts = path.strip().split(".")
     return parts[1:] if parts[0] == "cfg" else parts
-
-
-def lookup(cfg: Any, path: str) -> Any:
-    obj = cfg
-    for part in relative(path):
-        if not hasattr(obj, part):
-            raise ClaimFailed(f"a ConfigContainer has no {path}")
-        obj = getattr(obj, part)
-    return obj
-
-
-def assign(cfg: Any, path: str, value: Any) -> None:
-    *owner, name = relative(path)
-    target = lookup(cfg, ".".join(owner)) if owner else cfg
-    if not hasattr(target, name):
-        raise ClaimFailed(f"a ConfigContainer has no {path}")
-    setattr(target, name, value)
 
 
 def symbol(text: str, module: str = CONFIG_MODULE) -> Any:

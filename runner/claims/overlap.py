@@ -12,7 +12,8 @@ import shlex
 from unittest import mock
 
 from .environment import collect_warnings, preserved_environ, resolve, tiny_config
-from .registry import Context, arithmetic, assignment, attribute_path, call, claim, function_source, literal, resolve_symbol, source_of, threshold
+from .registry import Context, arithmetic, assignment, call, claim, function_source, literal, resolve_symbol, source_of, threshold
+from .registry import get_field as get_value, set_field as set_value
 
 SKILL = "nemo-mbridge-perf-tp-dp-comm-overlap"
 ENABLE = "overlap-enable-override"
@@ -40,16 +41,6 @@ def run_setup(cfg, world_size: int, te: bool) -> list[str]:
         cfg.comm_overlap.finalize()
         cfg.comm_overlap.setup(cfg.model, cfg.optimizer, cfg.ddp)
     return warnings
-
-
-def set_value(cfg, dotted: str, value) -> None:
-    obj, name = attribute_path(cfg, dotted)
-    setattr(obj, name, value)
-
-
-def get_value(cfg, dotted: str):
-    obj, name = attribute_path(cfg, dotted)
-    return getattr(obj, name)
 
 
 def distinct(ctx: Context, *values: str) -> None:

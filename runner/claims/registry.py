@@ -390,18 +390,30 @@ def threshold(op: str, bound: int) -> tuple[int, int]:
 
 
 def attribute_path(root: Any, dotted: str) -> tuple[Any, str]:
-    """`cfg.ddp.bucket_size` against a config -> (the ddp object, "bucket_size")."""
-    parts = dotted.split(".")
-    if parts[0] != "cfg" or len(parts) < 2:
-        raise ClaimFailed(f"SKILL.md names {dotted!r}, which is not a cfg.* field")
+    """`cfg.ddp.bucket_size` (or `ddp.bucket_size`) against a config -> (the ddp object, "bucket_size")."""
+    parts = dotted.strip().split(".")
+    if parts[0] == "cfg":
+        parts = parts[1:]
+    if not parts or not all(parts):
+        raise ClaimFailed(f"{dotted!r} is not a cfg.* field")
     obj = root
-    for part in parts[1:-1]:
+    for part in parts[:-1]:
         if not hasattr(obj, part):
-            raise ClaimFailed(f"SKILL.md names {dotted!r}: the config has no {part!r}")
+            raise ClaimFailed(f"a ConfigContainer has no {dotted}: no {part!r}")
         obj = getattr(obj, part)
     if not hasattr(obj, parts[-1]):
-        raise ClaimFailed(f"SKILL.md names {dotted!r}: {type(obj).__name__} has no field {parts[-1]!r}")
+        raise ClaimFailed(f"a ConfigContainer has no {dotted}: {type(obj).__name__} has no field {parts[-1]!r}")
     return obj, parts[-1]
+
+
+def get_field(cfg: Any, dotted: str) -> Any:
+    obj, name = attribute_path(cfg, dotted)
+    return getattr(obj, name)
+
+
+def set_field(cfg: Any, dotted: str, value: Any) -> None:
+    obj, name = attribute_path(cfg, dotted)
+    setattr(obj, name, value)
 
 
 def function_source(module: str, name: str) -> str:
