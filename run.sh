@@ -8,7 +8,9 @@
 #                        set, else offline from the recorded answers in evals/calibration,
 #                        grade them ($MBSKILLS_JUDGE as the judge when set) and write reports
 #   bash run.sh test     the test suite (extra arguments go to pytest); builds .venv-gateway
-#                        (a LiteLLM proxy) for the gateway tier unless MBSKILLS_SKIP_GATEWAY=1
+#                        (a LiteLLM proxy) for the gateway tier unless MBSKILLS_SKIP_GATEWAY=1,
+#                        and installs the agent clients (npm ci in tests/clients) for the
+#                        client tests unless MBSKILLS_SKIP_CLIENTS=1
 #   bash run.sh bench    the performance benchmark, bench/perf.py (extra arguments go to
 #                        it); builds .venv-bench with inspect_ai for the comparison
 # Setup: find Python 3.12, build .venv, install requirements/lock.txt, then
@@ -71,6 +73,17 @@ drop_stale_venv() {
     fi
 }
 
+# The venv holds a CUDA build of torch (PyPI has no other for Linux): about 7 GB. Say so
+# before pip fills the disk halfway.
+check_disk() {
+    local need_kb=$((9 * 1024 * 1024)) free_kb
+    free_kb="$(df -Pk "$VENV" | awk 'NR == 2 { print $4 }')"
+    if [ -n "$free_kb" ] && [ "$free_kb" -lt "$need_kb" ]; then
+        say "$VENV: $((free_kb / 1024)) MB free; torch and Megatron-Bridge need about 9 GB. Free some space, or point MBSKILLS_VENV at a bigger disk."
+        exit 2
+    fi
+}
+
 # Install the pinned set once, and this package (editable) whenever pyproject.toml
 # changes; stamps of the files' hashes mark each step done.
 ensure_deps() {
@@ -79,6 +92,7 @@ ensure_deps() {
     local stamp="$VENV/.mbskills-requirements.stamp" want
     want="$(requirements_hash)"
     if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+        check_disk
         say "installing pinned requirements into $VENV (torch and Megatron-Bridge: a few GB, a few minutes the first time)"
         "${pip[@]}" -r "$req/lock.txt" 2>&1 | quiet_pip
         # Bridge's declared dependencies include CUDA-only packages (Transformer Engine);
@@ -161,6 +175,43 @@ ensure_browser() {
     fi
 }
 
+# The agent clients the install tests drive (tests/test_client_*.py), pinned in
+# tests/clients/package-lock.json. Their tests are part of the suite: a machine without
+# Node >= 20 and npm stops here with one line, unless MBSKILLS_SKIP_CLIENTS=1 (then those
+# tests skip and say why). Install scripts stay off: the clients run without them.
+ensure_clients() {
+    [ -n "${MBSKILLS_SKIP_CLIENTS:-}" ] && return 0
+    local dir="$ROOT/tests/clients" want major
+    if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+        say "the agent-client tests need Node.js >= 20 and npm (e.g. 'apt-get install nodejs npm', or from nodejs.org); MBSKILLS_SKIP_CLIENTS=1 skips them"
+        exit 2
+    fi
+    major="$(node -p 'process.versions.node.split(".")[0]')"
+    if [ "$major" -lt 20 ]; then
+        say "the agent-client tests need Node.js >= 20; this is $(node --version) (MBSKILLS_SKIP_CLIENTS=1 skips them)"
+        exit 2
+    fi
+    want="$(cat "$dir/package-lock.json" "$(command -v node)" | sha256sum | cut -d' ' -f1)"
+    if [ ! -f "$dir/node_modules/.mbskills.stamp" ] || [ "$(cat "$dir/node_modules/.mbskills.stamp")" != "$want" ]; then
+        say "installing the agent clients pinned in tests/clients/package-lock.json (npm ci, about 1.4 GB)"
+        (cd "$dir" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error >/dev/null)
+        echo "$want" >"$dir/node_modules/.mbskills.stamp"
+    fi
+    # opencode's skill tool runs ripgrep.
+    if ! command -v rg >/dev/null 2>&1; then
+        if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+            say "installing ripgrep (opencode's skill tool needs rg)"
+            DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends ripgrep >/dev/null 2>&1 \
+                || { apt-get update -q >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends ripgrep >/dev/null 2>&1; } \
+                || { say "could not install ripgrep; install it ('apt-get install ripgrep') or set MBSKILLS_SKIP_CLIENTS=1"; exit 2; }
+        else
+            say "opencode's skill tool needs rg: install ripgrep ('apt-get install ripgrep'), or set MBSKILLS_SKIP_CLIENTS=1"
+            exit 2
+        fi
+    fi
+    export MBSKILLS_REQUIRE_CLIENTS=1
+}
+
 main() {
     local cmd="${1:-main}"
     [ $# -gt 0 ] && shift
@@ -180,6 +231,7 @@ main() {
             ensure_deps
             ensure_browser
             ensure_gateway_venv
+            ensure_clients
             cd "$ROOT"
             "$VENV/bin/python" -m pytest -q "$@"
             ;;

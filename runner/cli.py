@@ -40,22 +40,39 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return EXIT_FINDINGS if findings else EXIT_OK
 
 
-def cmd_install(args: argparse.Namespace) -> int:
-    from .install import install
+def _skills_folder(args: argparse.Namespace) -> Path:
+    from .install import destination
 
-    result = install(_bundle(args), Path(args.dest), link=args.link, force=args.force)
-    mode = "linked" if args.link else "copied"
-    print(f"{mode} {len(result.installed)} skills ({', '.join(result.installed)}) into {result.dest}; {result.files} entries recorded in the manifest")
+    if args.dest is not None:
+        if args.client is not None or args.user:
+            raise UsageError(f"give a folder ({args.dest}) or --client/--user, not both")
+        return Path(args.dest)
+    return destination(args.client or defaults.SKILLS_CLIENT, user=args.user, project=Path.cwd(), home=Path.home())
+
+
+def cmd_install(args: argparse.Namespace) -> int:
+    from .install import duplicates, install
+
+    dest = _skills_folder(args)
+    result = install(_bundle(args), dest, link=args.link, force=args.force)
+    if args.link:
+        print(f"linked {len(result.installed)} skill folders ({', '.join(result.installed)}) into {result.dest}; manifest {result.manifest}")
+        say("mbskills: note: a linked skill folder shows its evals/ (the eval cases' answers) to the agent; install a copy to evaluate with it")
+    else:
+        print(f"copied {len(result.installed)} skills ({', '.join(result.installed)}) into {result.dest}; {result.files} files recorded in {result.manifest}")
+    for line in duplicates(dest, result.installed, cwd=Path.cwd(), home=Path.home()):
+        say(f"mbskills: warning: {line}")
     return EXIT_OK
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
     from .install import verify
 
-    differences = verify(Path(args.dest))
+    dest = _skills_folder(args)
+    differences = verify(dest)
     for difference in differences:
         print(difference.format())
-    say(f"{args.dest}: {'clean' if not differences else f'{len(differences)} difference(s)'}")
+    say(f"{dest}: {'clean' if not differences else f'{len(differences)} difference(s)'}")
     return EXIT_FINDINGS if differences else EXIT_OK
 
 
@@ -234,6 +251,14 @@ def _parent(build) -> argparse.ArgumentParser:
     return parent
 
 
+def _skills_folder_options(p: argparse.ArgumentParser, dest_help: str) -> None:
+    from .install import CLIENTS
+
+    p.add_argument("dest", nargs="?", help=dest_help)
+    p.add_argument("--client", choices=list(CLIENTS), help=f"the agent client whose folder to use (default: {defaults.SKILLS_CLIENT}); " + "; ".join(f"{c.name}: {c.project}" for c in CLIENTS.values()))
+    p.add_argument("--user", action="store_true", help="the client's folder in your home instead (" + "; ".join(f"{c.name}: {c.user}" for c in CLIENTS.values()) + ")")
+
+
 def _bundle_option(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bundle", help="the bundle (default: the bundle around the working directory, else this package's checkout)")
 
@@ -305,9 +330,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=600.0, help="seconds for each release's install and each claim run (default: %(default)s)")
     p.set_defaults(func=cmd_drift)
 
-    p = sub.add_parser("install", parents=[bundle], help="copy (or link) the skills into an agent's skills folder, without their evals/")
-    p.add_argument("dest", nargs="?", default=defaults.SKILLS_DEST, help="destination folder (default: %(default)s)")
-    p.add_argument("--link", action="store_true", help="symlink each skill's files instead of copying them")
+    p = sub.add_parser(
+        "install",
+        parents=[bundle],
+        help="copy (or link) the skills into an agent client's skills folder, without their evals/",
+        description="Copies each skill (without evals/) into the folder the client reads, in the working directory's project or, with --user, in your home; "
+        "records every file's hash in a manifest beside that folder for `mbskills verify`, and warns when the client also finds a skill in another of its folders.",
+    )
+    _skills_folder_options(p, "destination folder, instead of --client (default: the client's project folder)")
+    p.add_argument("--link", action="store_true", help="symlink each skill folder instead of copying it (edits in the bundle show through; evals/ too)")
     p.add_argument("--force", action="store_true", help="overwrite installed copies that were changed since install")
     p.set_defaults(func=cmd_install)
 
@@ -379,7 +410,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_show)
 
     p = sub.add_parser("verify", help="report files added, changed or missing since install")
-    p.add_argument("dest", nargs="?", default=defaults.SKILLS_DEST, help="installed skills folder (default: %(default)s)")
+    _skills_folder_options(p, "installed skills folder, instead of --client (default: the client's project folder)")
     p.set_defaults(func=cmd_verify)
     return parser
 

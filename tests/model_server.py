@@ -1,6 +1,10 @@
 """A model API server on 127.0.0.1 for tests: OpenAI Chat Completions (/v1/chat/completions),
-OpenAI Responses (/v1/responses) and Anthropic Messages (/v1/messages), tool calls
-included, on aiohttp (asyncio, so that it is never the bottleneck of a concurrent run).
+OpenAI Responses (/v1/responses), Anthropic Messages (/v1/messages) and the Gemini API
+(/v1beta/models/M:generateContent and :streamGenerateContent), tool calls included, each
+also streamed as the real APIs stream it (tests/model_streams.py) when the request asks,
+on aiohttp (asyncio, so that it is never the bottleneck of a concurrent run). It listens
+on a TCP port, or on a Unix socket for clients jailed in their own network namespace
+(tests/clients/harness.py).
 
 It plays scripted models, chosen by the request's model name:
   skilled     activates the case's expected skill, reads its expected script, then answers
@@ -15,6 +19,8 @@ It plays scripted models, chosen by the request's model name:
   judge-text  a judge that replies in prose instead of JSON
   prober      an adversarial model: one read_skill_file call per turn for each path in
               `probe_paths`, then an answer
+With `script` set, that callable decides every turn instead: script(kind, body, seen)
+returns (text, tool calls); the agent-client tests drive the real CLIs this way.
 Answers say which SKILL.md bodies reached the model (`saw-skill:<name>`, found by a line
 unique to each body), so tests can tell what was in context. `failures` is a queue of
 faults served to the next requests in order: "429" (retry-after-ms: 10),
@@ -38,8 +44,11 @@ import random
 import re
 import threading
 from dataclasses import dataclass, field
+from typing import Callable
 
 from aiohttp import web
+
+import model_streams
 
 ACTIVATE, READ = "activate_skill", "read_skill_file"
 
@@ -77,6 +86,8 @@ class ModelServer:
     faults_served: dict[str, int] = field(default_factory=dict)
     probe_paths: list[str] = field(default_factory=list)
     port: int = 0
+    script: Callable[[str, dict, "Seen"], tuple[str, list[tuple[str, dict]]]] | None = None
+    unix_path: str | None = None  # listen here instead of on a TCP port
 
     def __post_init__(self):
         self._lock = threading.Lock()
@@ -158,7 +169,7 @@ class ModelServer:
                 results.append(item["output"])
             elif item.get("role") == "user" and not prompt:
                 prompt = self._text(item["content"])
-        return Seen(body.get("instructions") or "", prompt, [t["name"] for t in body.get("tools") or ()], calls, results)
+        return Seen(body.get("instructions") or "", prompt, [t.get("name") or t.get("type", "") for t in body.get("tools") or ()], calls, results)  # built-in tools (web_search) have only a type
 
     def _seen_anthropic(self, body: dict) -> Seen:
         prompt, calls, results = "", [], []
@@ -173,6 +184,20 @@ class ModelServer:
                     results.append(self._text(b["content"]))
         system = body.get("system") or ""
         return Seen(self._text(system), prompt, [t["name"] for t in body.get("tools") or ()], calls, results)
+
+    def _seen_gemini(self, body: dict) -> Seen:
+        prompt, calls, results = "", [], []
+        for c in body.get("contents") or ():
+            for part in c.get("parts") or ():
+                if "text" in part and c.get("role", "user") == "user" and not prompt:
+                    prompt = part["text"]
+                elif "functionCall" in part:
+                    calls.append(part["functionCall"]["name"])
+                elif "functionResponse" in part:
+                    results.append(json.dumps(part["functionResponse"].get("response")))
+        system = "".join(p.get("text", "") for p in (body.get("systemInstruction") or {}).get("parts") or ())
+        tools = [d["name"] for t in body.get("tools") or () for d in t.get("functionDeclarations") or ()]
+        return Seen(system, prompt, tools, calls, results)
 
     @staticmethod
     def _id(body: dict) -> str:
@@ -216,6 +241,16 @@ class ModelServer:
             "usage": {"input_tokens": tin, "output_tokens": tout, "cache_read_input_tokens": 0, "cache_creation_input_tokens": 0},
         }
 
+    def _gemini(self, body, text, calls):
+        n = self._id(body)
+        tin, tout = self._usage(body, text)
+        parts = ([{"text": text}] if text else []) + [{"functionCall": {"id": f"call_{n}_{i}", "name": name, "args": args}} for i, (name, args) in enumerate(calls)]
+        return {
+            "candidates": [{"content": {"role": "model", "parts": parts}, "finishReason": "STOP", "index": 0}],
+            "usageMetadata": {"promptTokenCount": tin, "candidatesTokenCount": tout, "totalTokenCount": tin + tout},
+            "modelVersion": body.get("model", ""), "responseId": f"resp_{n}",
+        }
+
     # -- HTTP ----------------------------------------------------------------------------
     def _next_fault(self) -> str | None:
         with self._lock:
@@ -256,23 +291,30 @@ class ModelServer:
         return web.json_response({"error": {"type": "server_error", "message": f"scripted {status}"}}, status=status)
 
     def _handler(self, kind: str):
-        async def handle(request: web.Request) -> web.Response:
+        async def handle(request: web.Request) -> web.StreamResponse:
             body = await request.json()
+            stream = bool(body.get("stream"))
+            if kind == "gemini":  # the model and the streaming are in the path
+                model, _, method = request.match_info["call"].partition(":")
+                body = {**body, "model": model}
+                stream = method == "streamGenerateContent"
             with self._lock:
-                self.requests.append({"path": request.path, "kind": kind, "body": body, "headers": dict(request.headers)})
+                self.requests.append({"path": request.path, "kind": kind, "body": body, "headers": dict(request.headers), "stream": stream})
             fault = self._next_fault()
             failed = await self._fault(fault, request)
             if failed is not None:
                 return failed
             if self.latency_s:
                 await asyncio.sleep(self.latency_s)
-            seen = {"chat": self._seen_chat, "responses": self._seen_responses, "anthropic": self._seen_anthropic}[kind](body)
+            seen = {"chat": self._seen_chat, "responses": self._seen_responses, "anthropic": self._seen_anthropic, "gemini": self._seen_gemini}[kind](body)
             structured = body.get("response_format") or (body.get("text") or {}).get("format") or (body.get("output_config") or {}).get("format")
-            if structured:
+            if self.script is not None:
+                text, calls = self.script(kind, body, seen)
+            elif structured:
                 text, calls = self.judge(body["model"], seen.prompt), []
             else:
                 text, calls = self.decide(body["model"], seen)
-            payload = {"chat": self._chat, "responses": self._responses, "anthropic": self._anthropic}[kind](body, text, calls)
+            payload = {"chat": self._chat, "responses": self._responses, "anthropic": self._anthropic, "gemini": self._gemini}[kind](body, text, calls)
             if fault == "badargs":
                 payload = json.loads(json.dumps(payload).replace('"arguments": "{', '"arguments": "{oops '))  # Anthropic inputs are objects: no such fault there
             if fault == "objargs":
@@ -283,15 +325,37 @@ class ModelServer:
             if fault == "truncated":
                 raw = json.dumps(payload).encode()
                 return web.Response(body=raw[: len(raw) // 2], content_type="application/json")
+            if stream:
+                return await self._stream(request, kind, body, payload)
             return web.json_response(payload)
 
         return handle
+
+    async def _stream(self, request: web.Request, kind: str, body: dict, payload: dict) -> web.StreamResponse:
+        events = model_streams.ENCODERS[kind](payload, body)
+        if kind == "gemini" and request.query.get("alt") != "sse":  # without alt=sse Gemini streams one JSON array
+            return web.json_response([data for _, data in events])
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        await response.prepare(request)
+        for event, data in events:
+            head = f"event: {event}\n" if event else ""
+            await response.write(f"{head}data: {data if isinstance(data, str) else json.dumps(data)}\n\n".encode())
+        await response.write_eof()
+        return response
+
+    async def _other(self, request: web.Request) -> web.Response:
+        """Anything else a client asks (model lists, token counts, telemetry): recorded, and a 404."""
+        with self._lock:
+            self.requests.append({"path": request.path, "kind": "other", "method": request.method, "body": None, "headers": dict(request.headers), "stream": False})
+        return web.json_response({"error": {"type": "not_found_error", "message": f"no route {request.method} {request.path} on the scripted server"}}, status=404)
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_post("/v1/chat/completions", self._handler("chat"))
         app.router.add_post("/v1/responses", self._handler("responses"))
         app.router.add_post("/v1/messages", self._handler("anthropic"))
+        app.router.add_post("/v1beta/models/{call}", self._handler("gemini"))
+        app.router.add_route("*", "/{tail:.*}", self._other)
         return app
 
     # -- lifecycle: a thread with its own event loop --------------------------------------
@@ -302,9 +366,12 @@ class ModelServer:
         async def serve():
             self._runner = web.AppRunner(self.app(), handler_cancellation=True, access_log=None)
             await self._runner.setup()
-            site = web.TCPSite(self._runner, "127.0.0.1", 0)
-            await site.start()
-            self.port = site._server.sockets[0].getsockname()[1]
+            if self.unix_path:
+                await web.UnixSite(self._runner, self.unix_path).start()
+            else:
+                site = web.TCPSite(self._runner, "127.0.0.1", 0)
+                await site.start()
+                self.port = site._server.sockets[0].getsockname()[1]
             ready.set()
 
         def run():
@@ -330,4 +397,4 @@ class ModelServer:
         return f"http://127.0.0.1:{self.port}"
 
     def count(self, kind: str | None = None) -> int:
-        return sum(1 for r in self.requests if kind is None or r["kind"] == kind)
+        return sum(1 for r in self.requests if (kind is None and r["kind"] != "other") or r["kind"] == kind)

@@ -1,4 +1,5 @@
-"""Install into .agents/skills and verify: copies, links, tampering, unsafe destinations."""
+"""Install into .agents/skills (or a client's folder) and verify: copies, folder links, the
+manifest beside the folder, tampering, unsafe destinations, the duplicate warning."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from runner.core import UsageError
-from runner.install import MANIFEST, install, verify
+from runner.install import LEGACY_MANIFEST, install, manifest_path, verify
 from runner.load import Bundle
 
 from conftest import REPO
@@ -23,7 +24,9 @@ def test_copy_leaves_out_evals_and_records_hashes(good_bundle: Path, tmp_path: P
     installed = dest / "demo-skill"
     assert (installed / "SKILL.md").read_text() == (good_bundle / "skills/demo-skill/SKILL.md").read_text()
     assert not (installed / "evals").exists()
-    manifest = json.loads((dest / MANIFEST).read_text())
+    assert sorted(p.name for p in dest.iterdir()) == ["demo-skill"]  # nothing a client could take for a skill
+    manifest = json.loads(manifest_path(dest).read_text())
+    assert manifest_path(dest) == dest.parent / ".mbskills-skills.json"
     files = manifest["skills"]["demo-skill"]["files"]
     assert set(files) == {"SKILL.md", "card.yaml", "scripts/hello.py", "scripts/hello.sh", "references/notes.md"}
     assert all(len(digest) == 64 for digest in files.values())
@@ -72,16 +75,47 @@ def test_other_skills_in_dest_are_left_alone(good_bundle: Path, tmp_path: Path):
     assert (dest / "someone-elses-skill/SKILL.md").read_text() == "x"
 
 
-def test_link_mode_keeps_evals_out_and_follows_source(good_bundle: Path, tmp_path: Path):
+def test_link_mode_links_the_folder_and_follows_source(good_bundle: Path, tmp_path: Path):
     dest = tmp_path / "skills"
     install(Bundle(good_bundle), dest, link=True)
     installed = dest / "demo-skill"
-    assert (installed / "SKILL.md").is_symlink() and not (installed / "evals").exists()
+    # The folder is the link: Codex does not discover a SKILL.md that is itself a symlink.
+    assert installed.is_symlink() and os.readlink(installed) == str((good_bundle / "skills/demo-skill").resolve())
+    assert not (installed / "SKILL.md").is_symlink() and (installed / "SKILL.md").is_file()
     (good_bundle / "skills/demo-skill/SKILL.md").write_text((good_bundle / "skills/demo-skill/SKILL.md").read_text() + "\nmore\n")
     assert verify(dest) == []  # edits in the source show through a link
-    (installed / "SKILL.md").unlink()
-    (installed / "SKILL.md").write_text("replaced link\n")
+    other = tmp_path / "elsewhere"
+    shutil.copytree(good_bundle / "skills/demo-skill", other)
+    installed.unlink()
+    os.symlink(other, installed)
+    assert [d.format() for d in verify(dest)] == ["changed: demo-skill/"]
+    installed.unlink()
+    assert [d.format() for d in verify(dest)] == ["missing: demo-skill/"]
+    shutil.copytree(other, installed)  # a real folder where the link was
+    assert [d.format() for d in verify(dest)] == ["changed: demo-skill/"]
+
+
+def test_link_reinstall_replaces_a_copy_and_a_copy_replaces_a_link(good_bundle: Path, tmp_path: Path):
+    dest = tmp_path / "skills"
+    install(Bundle(good_bundle), dest)
+    install(Bundle(good_bundle), dest, link=True)
+    assert (dest / "demo-skill").is_symlink() and verify(dest) == []
+    install(Bundle(good_bundle), dest)
+    assert not (dest / "demo-skill").is_symlink() and (dest / "demo-skill/SKILL.md").is_file() and verify(dest) == []
+    assert (good_bundle / "skills/demo-skill/SKILL.md").is_file()  # replacing the link left the source alone
+
+
+def test_a_manifest_left_inside_the_folder_is_read_and_moved_out(good_bundle: Path, tmp_path: Path):
+    dest = tmp_path / "skills"
+    install(Bundle(good_bundle), dest)
+    manifest_path(dest).rename(dest / LEGACY_MANIFEST)  # as earlier installs left it
+    assert verify(dest) == []
+    (dest / "demo-skill/SKILL.md").write_text("edited\n")
     assert [d.format() for d in verify(dest)] == ["changed: demo-skill/SKILL.md"]
+    with pytest.raises(UsageError, match="changed since install"):
+        install(Bundle(good_bundle), dest)  # the old manifest still protects local edits
+    install(Bundle(good_bundle), dest, force=True)
+    assert not (dest / LEGACY_MANIFEST).exists() and manifest_path(dest).is_file() and verify(dest) == []
 
 
 def test_dest_that_is_a_file_or_under_a_file(good_bundle: Path, tmp_path: Path):
@@ -94,13 +128,16 @@ def test_dest_that_is_a_file_or_under_a_file(good_bundle: Path, tmp_path: Path):
 
 
 def test_verify_without_manifest_or_with_a_broken_one(tmp_path: Path):
-    with pytest.raises(UsageError, match="no .mbskills-manifest.json"):
+    with pytest.raises(UsageError, match=r"no manifest \(.*\.mbskills-"):
         verify(tmp_path)
-    (tmp_path / MANIFEST).write_text("{not json")
+    manifest_path(tmp_path).write_text("{not json")
     with pytest.raises(UsageError, match="manifest is unreadable"):
         verify(tmp_path)
-    with pytest.raises(UsageError, match="not a directory"):
+    with pytest.raises(UsageError, match="no such folder"):
         verify(tmp_path / "absent")
+    (tmp_path / "a-file").write_text("x")
+    with pytest.raises(UsageError, match="not a directory"):
+        verify(tmp_path / "a-file")
 
 
 @pytest.mark.parametrize("kind", ["outside", "dangling", "loop"])

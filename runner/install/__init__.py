@@ -1,5 +1,6 @@
-"""Installing the skills into an agent's skills folder, and verifying an installed copy."""
+"""Installing the skills into an agent client's skills folder, and verifying an installed copy."""
 
-from .installer import MANIFEST, Difference, InstallResult, install, verify
+from .clients import CLIENTS, Client, destination, duplicates
+from .installer import LEGACY_MANIFEST, Difference, InstallResult, install, manifest_path, verify
 
-__all__ = ["MANIFEST", "Difference", "InstallResult", "install", "verify"]
+__all__ = ["CLIENTS", "LEGACY_MANIFEST", "Client", "Difference", "InstallResult", "destination", "duplicates", "install", "manifest_path", "verify"]

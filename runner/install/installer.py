@@ -1,9 +1,12 @@
 """Install skills into an agent's skills folder (default .agents/skills) and verify them later.
 
 A copy leaves out each skill's evals/ (ground truth must not reach the model) and records
-every file's sha256 in DEST/.mbskills-manifest.json; `verify` compares the folder with it.
-Reinstalling is safe: each skill is staged beside DEST and swapped in by rename, and a copy
-that was edited since install is only overwritten with --force.
+every file's sha256 in a manifest beside DEST (`.mbskills-<DEST name>.json` in DEST's
+parent: inside DEST a client would take it for a skill, as Qwen Code warns); `verify`
+compares the folder with it. `link` makes each DEST/<skill> a symlink to the skill's folder
+(a client such as Codex does not discover a symlinked SKILL.md). Reinstalling is safe: each
+skill is staged beside DEST and swapped in by rename, and a copy that was edited since
+install is only overwritten with --force.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from .. import __version__
 from ..core import UsageError, write_atomic
 from ..load import Bundle
 
-MANIFEST = ".mbskills-manifest.json"
+LEGACY_MANIFEST = ".mbskills-manifest.json"  # where earlier installs put it; read, and moved out on reinstall
 LEFT_OUT_DIRS = {"evals", "__pycache__", ".pytest_cache"}
 LEFT_OUT_SUFFIXES = {".pyc", ".pyo"}
 
@@ -61,10 +64,6 @@ def _refuse_escapes(root: Path) -> None:
             raise UsageError(f"{path}: a symlink out of the skill (to {target}); install does not follow it")
 
 
-def _top_entries(root: Path) -> list[str]:
-    return sorted(p.name for p in root.iterdir() if p.name not in LEFT_OUT_DIRS)
-
-
 @dataclass
 class Difference:
     kind: str  # added | changed | missing
@@ -77,12 +76,20 @@ class Difference:
 @dataclass
 class InstallResult:
     dest: Path
+    manifest: Path
     installed: list[str] = field(default_factory=list)
     files: int = 0
 
 
+def manifest_path(dest: Path) -> Path:
+    dest = Path(os.path.realpath(dest))  # a folder reached through a link keeps one manifest
+    return dest.parent / f".mbskills-{dest.name}.json"
+
+
 def read_manifest(dest: Path) -> dict | None:
-    path = dest / MANIFEST
+    path = manifest_path(dest)
+    if not path.exists():
+        path = dest / LEGACY_MANIFEST
     if not path.exists():
         return None
     try:
@@ -101,8 +108,9 @@ def _prepare_dest(dest: Path) -> None:
         dest.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UsageError(f"{dest}: cannot create directory ({exc.strerror or exc})") from None
-    if not os.access(dest, os.W_OK | os.X_OK):
-        raise UsageError(f"{dest}: directory is not writable")
+    for folder in (dest, manifest_path(dest).parent):
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise UsageError(f"{folder}: directory is not writable")
 
 
 def install(bundle: Bundle, dest: Path, *, link: bool = False, force: bool = False) -> InstallResult:
@@ -133,15 +141,18 @@ def install(bundle: Bundle, dest: Path, *, link: bool = False, force: bool = Fal
         if problems:
             raise UsageError("refusing to overwrite local changes: " + "; ".join(problems[:5]) + (" ..." if len(problems) > 5 else "") + " (rerun with --force to overwrite)")
 
-    result = InstallResult(dest)
+    result = InstallResult(dest, manifest_path(dest))
     for skill in skills:
         entry = _install_one(skill, dest, link)
         manifest["skills"][skill.name] = entry
         result.installed.append(skill.name)
         result.files += len(entry["files"])
 
-    manifest.update(tool="mbskills", tool_version=__version__, bundle_root=str(bundle.root), installed_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
-    write_atomic(dest / MANIFEST, json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    manifest.update(tool="mbskills", tool_version=__version__, bundle_root=str(bundle.root), dest=str(Path(os.path.abspath(dest))), installed_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+    write_atomic(result.manifest, json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    legacy = dest / LEGACY_MANIFEST
+    if legacy.exists():
+        legacy.unlink()
     return result
 
 
@@ -150,16 +161,13 @@ def _install_one(skill: Path, dest: Path, link: bool) -> dict:
     retired = dest / f".mbskills-retired-{skill.name}-{os.getpid()}"
     for leftover in (staging, retired):
         _remove(leftover)
-    staging.mkdir()
     try:
         if link:
-            # Per-entry links keep evals/ out while edits in the source show through.
-            files = {}
-            for name in _top_entries(skill):
-                os.symlink((skill / name).resolve(), staging / name)
-                files[name] = {"link": str((skill / name).resolve())}
-            entry = {"mode": "link", "source": str(skill.resolve()), "files": files}
+            # The folder itself: clients skip a SKILL.md that is a symlink, not a folder link.
+            os.symlink(skill.resolve(), staging, target_is_directory=True)
+            entry = {"mode": "link", "source": str(skill.resolve()), "files": {}}
         else:
+            staging.mkdir()
             files = {}
             for relative in _shipped(skill):
                 target = staging / relative
@@ -192,9 +200,17 @@ def _remove(path: Path) -> None:
 def _verify_skill(dest: Path, name: str, entry: dict) -> list[Difference]:
     root, out = dest / name, []
     recorded = entry.get("files", {})
+    if entry.get("mode") == "link" and not recorded:  # a folder link
+        if not root.is_symlink():
+            return [Difference("missing" if not root.exists() else "changed", f"{name}/")]
+        if os.readlink(root) != entry.get("source"):
+            return [Difference("changed", f"{name}/")]
+        if not (root / "SKILL.md").is_file():
+            return [Difference("missing", f"{name}/SKILL.md")]
+        return []
     if not root.is_dir():
         return [Difference("missing", f"{name}/")]
-    if entry.get("mode") == "link":
+    if entry.get("mode") == "link":  # per-file links, as earlier installs made them
         for entry_name, info in recorded.items():
             path = root / entry_name
             if not path.is_symlink() and not path.exists():
@@ -218,14 +234,16 @@ def _verify_skill(dest: Path, name: str, entry: dict) -> list[Difference]:
 
 
 def verify(dest: Path) -> list[Difference]:
+    if not dest.exists():
+        raise UsageError(f"{dest}: no such folder; nothing was installed there")
     if not dest.is_dir():
         raise UsageError(f"{dest}: not a directory")
     manifest = read_manifest(dest)
     if manifest is None:
-        raise UsageError(f"{dest}: no {MANIFEST}; was it installed with `mbskills install`?")
+        raise UsageError(f"{dest}: no manifest ({manifest_path(dest)}); was it installed with `mbskills install`?")
     out = []
     for name, entry in sorted(manifest["skills"].items()):
         if not isinstance(entry, dict):
-            raise UsageError(f"{dest / MANIFEST}: entry for {name!r} is not an object; reinstall with --force")
+            raise UsageError(f"{manifest_path(dest)}: entry for {name!r} is not an object; reinstall with --force")
         out += _verify_skill(dest, name, entry)
     return out
