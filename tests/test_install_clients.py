@@ -98,7 +98,7 @@ def test_a_skill_in_two_folders_of_one_client_is_warned_about(where, capsys):
     assert f"also installed in {project / '.claude/skills'}, which opencode also reads" in err, err
     assert mbskills("install", "--client", "agents") == 0
     err = capsys.readouterr().err
-    assert f"also installed in {home / '.agents/skills'}, which Codex CLI, Gemini CLI, opencode also read: each finds two copies" in err, err
+    assert f"also installed in {home / '.agents/skills'}, which Codex CLI, Gemini CLI, Qwen Code, opencode also read: each finds two copies" in err, err
 
 
 def test_one_folder_reached_through_a_symlink_is_not_a_duplicate(where, capsys):

@@ -32,7 +32,7 @@ CLIENTS: dict[str, Client] = {
         Client("codex", "Codex CLI", ".agents/skills", "~/.agents/skills", (".agents/skills", ".codex/skills", "~/.agents/skills", "$CODEX_HOME/skills")),
         Client("claude-code", "Claude Code", ".claude/skills", "~/.claude/skills", (".claude/skills", "~/.claude/skills")),
         Client("gemini-cli", "Gemini CLI", ".gemini/skills", "~/.gemini/skills", (".gemini/skills", ".agents/skills", "~/.gemini/skills", "~/.agents/skills")),
-        Client("qwen-code", "Qwen Code", ".qwen/skills", "~/.qwen/skills", (".qwen/skills", ".agents/skills", "~/.qwen/skills")),
+        Client("qwen-code", "Qwen Code", ".qwen/skills", "~/.qwen/skills", (".qwen/skills", ".agents/skills", "~/.qwen/skills", "~/.agents/skills")),
         Client(
             "opencode",
             "opencode",
