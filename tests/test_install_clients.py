@@ -5,6 +5,7 @@ real client does with these folders is in tests/test_client_*.py."""
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -134,3 +135,13 @@ def test_bad_requests_get_one_line(where, capsys, args, message):
     assert mbskills(*args) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1, err
+
+
+def test_the_readme_gives_each_client_its_command_and_folders():
+    from runner.install import CLIENTS
+
+    readme = (REPO / "README.md").read_text()
+    rows = {m[0] or "agents": (m[1], m[2]) for m in re.findall(r"^\| [^|]+ \| `mbskills install(?: --client ([\w-]+))?` \| `([^`]+)` \(`~/([^`]+)`\) \|", readme, re.M)}
+    assert set(rows) == set(CLIENTS) == set(PROJECT)
+    for name, (project, user) in rows.items():
+        assert (project, user) == (PROJECT[name], USER[name]) == (CLIENTS[name].project, CLIENTS[name].user[2:]), name
