@@ -334,7 +334,7 @@ def max_connections_bridge(ctx: Context) -> None:
     r = ctx.read("**Bridge checks the variable only for Megatron FSDP.** Its one read of `{var:code}` is in `{fn:code}`, so a TP layout with sequence parallelism and DP overlap passes `{updater:code}` whether the variable is unset or set to any value.")
     reads = _reads_of(r.var)
     ctx.expect([f for _, f in reads] == [r.fn], f"Bridge reads {r.var} in {reads}, not only in {r.fn}")
-    ctx.expect("use_megatron_fsdp" in source_of(resolve_symbol(f"megatron.bridge.training.config.ConfigContainer.validate")) and f"self.{r.fn}()" in source_of(resolve_symbol("megatron.bridge.training.config.ConfigContainer.validate")), f"validate() does not run {r.fn} for Megatron FSDP")
+    ctx.expect("use_megatron_fsdp" in source_of(resolve_symbol("megatron.bridge.training.config.ConfigContainer.validate")) and f"self.{r.fn}()" in source_of(resolve_symbol("megatron.bridge.training.config.ConfigContainer.validate")), f"validate() does not run {r.fn} for Megatron FSDP")
     for environ in ({}, {r.var: "1"}, {r.var: "8"}, {r.var: "32"}):
         cfg = tiny_config(tp=2, sp=True, distributed_optimizer=True)
         cfg.comm_overlap = overlap(tp_comm_overlap=False)
