@@ -35,7 +35,6 @@ What this version of Claude Code does, as established by these runs:
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
@@ -61,12 +60,7 @@ def _install(project: Path, home: Path, client: str, flags: tuple[str, ...], whe
     """Run `mbskills install --client CLIENT FLAGS` and return the folder it filled."""
     sub = {"claude-code": ".claude/skills", "agents": ".agents/skills"}[client]
     dest = (home if where == "home" else project) / sub
-    done = harness.mbskills_install(project, home, "--client", client, *flags)
-    for skill in harness.bundle_skills():
-        assert (dest / skill.name / "SKILL.md").is_file(), f"install did not put {skill.name} into {dest}: {done.stdout}{done.stderr}"
-        if "--link" in flags:
-            assert (dest / skill.name).is_symlink(), f"--link left {dest / skill.name} a plain folder: {done.stdout}"
-    return dest
+    return harness.install_into(project, home, dest, client, *flags)
 
 
 def _run_claude(tmp_path: Path, project: Path, home: Path, script) -> tuple[ModelServer, harness.Ran]:
@@ -90,11 +84,7 @@ def _run_claude(tmp_path: Path, project: Path, home: Path, script) -> tuple[Mode
 
 
 def _folders(tmp_path: Path) -> tuple[Path, Path]:
-    project, home = tmp_path / "project", tmp_path / "home"
-    project.mkdir()
-    home.mkdir()
-    subprocess.run(["git", "init", "-q"], cwd=project, check=True)
-    return project, home
+    return harness.project_and_home(tmp_path)
 
 
 def _conversation(server: ModelServer, ran: harness.Ran) -> list[dict]:
@@ -113,10 +103,6 @@ def _conversation(server: ModelServer, ran: harness.Ran) -> list[dict]:
     return requests
 
 
-def _answer_only(kind, body, seen):
-    return "No tools needed.", []
-
-
 @pytest.mark.parametrize("install", list(INSTALLS))
 def test_first_request_lists_both_skills(tmp_path, install):
     project, home = _folders(tmp_path)
@@ -124,7 +110,7 @@ def test_first_request_lists_both_skills(tmp_path, install):
     dest = _install(project, home, CLIENT, flags, where)
     if where == "home":  # only the user folder holds them, so that is what is read
         assert not (project / ".claude/skills").exists()
-    server, ran = _run_claude(tmp_path, project, home, _answer_only)
+    server, ran = _run_claude(tmp_path, project, home, harness.answer_only)
     first = _conversation(server, ran)[0]["body"]
     shown = harness.strings(first)
     why = f"installed into {dest}; requests: {harness.dump(server)}\n{ran.describe()}"
@@ -173,7 +159,7 @@ def test_agents_folder_is_not_read_by_claude_code(tmp_path):
     project, home = _folders(tmp_path)
     dest = _install(project, home, "agents", (), "project")
     assert not (project / ".claude").exists() and not (home / ".claude/skills").exists()
-    server, ran = _run_claude(tmp_path, project, home, _answer_only)
+    server, ran = _run_claude(tmp_path, project, home, harness.answer_only)
     first = _conversation(server, ran)[0]["body"]
     shown = harness.strings(first)
     why = f"installed into {dest}; requests: {harness.dump(server)}\n{ran.describe()}"

@@ -48,7 +48,6 @@ from __future__ import annotations
 import html
 import json
 import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -82,20 +81,11 @@ ENTRY = re.compile(r"<skill>\s*<name>(.*?)</name>\s*<description>(.*?)</descript
 def _install(project: Path, home: Path, client: str, flags: tuple[str, ...], where: str) -> Path:
     """Run `mbskills install --client CLIENT FLAGS`; return the folder it filled."""
     dest = (home if where == "home" else project) / FOLDERS[client]
-    done = harness.mbskills_install(project, home, "--client", client, *flags)
-    for skill in harness.bundle_skills():
-        assert (dest / skill.name / "SKILL.md").is_file(), f"install did not put {skill.name} into {dest}: {done.stdout}{done.stderr}"
-        if "--link" in flags:
-            assert (dest / skill.name).is_symlink(), f"--link left {dest / skill.name} without a folder link: {done.stdout}"
-    return dest
+    return harness.install_into(project, home, dest, client, *flags)
 
 
 def _folders(tmp_path: Path) -> tuple[Path, Path]:
-    project, home = tmp_path / "project", tmp_path / "home"
-    project.mkdir()
-    home.mkdir()
-    subprocess.run(["git", "init", "-q"], cwd=project, check=True)
-    return project, home
+    return harness.project_and_home(tmp_path)
 
 
 def _run_gemini(tmp_path: Path, project: Path, home: Path, script, *, allow_activate: bool = False, args: tuple[str, ...] = ()) -> tuple[ModelServer, harness.Ran]:
@@ -159,10 +149,6 @@ def _responses(body: dict) -> list[dict]:
     return [p["functionResponse"] for p in last.get("parts") or () if "functionResponse" in p]
 
 
-def _answer_only(kind, body, seen):
-    return "No tools needed.", []
-
-
 @pytest.mark.parametrize("install", list(INSTALLS))
 def test_first_request_lists_both_skills(tmp_path, install):
     project, home = _folders(tmp_path)
@@ -170,7 +156,7 @@ def test_first_request_lists_both_skills(tmp_path, install):
     dest = _install(project, home, CLIENT, flags, where)
     if where == "home":  # only the user folder holds them, so that is what is read
         assert not (project / ".gemini").exists()
-    server, ran = _run_gemini(tmp_path, project, home, _answer_only)
+    server, ran = _run_gemini(tmp_path, project, home, harness.answer_only)
     first = _conversation(server, ran)[0]["body"]
     shown = harness.strings(first)
     listed = _catalogue(first)
@@ -284,7 +270,7 @@ def test_claude_folders_are_not_read_by_gemini_cli(tmp_path):
     project, home = _folders(tmp_path)
     dests = [_install(project, home, "claude-code", flags, where) for flags, where in (((), "project"), (("--user",), "home"))]
     assert not (project / ".gemini").exists() and not (home / ".gemini").exists() and not (project / ".agents").exists()
-    server, ran = _run_gemini(tmp_path, project, home, _answer_only)
+    server, ran = _run_gemini(tmp_path, project, home, harness.answer_only)
     first = _conversation(server, ran)[0]["body"]
     shown = harness.strings(first)
     listed = _catalogue(first)

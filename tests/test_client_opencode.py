@@ -50,7 +50,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -87,24 +86,11 @@ INSTALLS = {  # id -> (client, mbskills install flags after --client CLIENT, whe
 def _install(project: Path, home: Path, client: str, flags: tuple[str, ...], where: str) -> Path:
     """Run `mbskills install --client CLIENT FLAGS` and return the folder it filled."""
     dest = (home if where == "home" else project) / SUBDIRS[client, where]
-    done = harness.mbskills_install(project, home, "--client", client, *flags)
-    for skill in harness.bundle_skills():
-        assert (dest / skill.name / "SKILL.md").is_file(), f"install did not put {skill.name} into {dest}: {done.stdout}{done.stderr}"
-        if "--link" in flags:
-            assert (dest / skill.name).is_symlink(), f"--link left {dest / skill.name} without a folder link: {done.stdout}"
-    return dest
+    return harness.install_into(project, home, dest, client, *flags)
 
 
 def _folders(root: Path) -> tuple[Path, Path]:
-    """A project that is a git repository with a commit (so opencode takes it as the
-    worktree root and stops its upward search for .agents/.claude there) and a HOME."""
-    project, home = root / "project", root / "home"
-    project.mkdir(parents=True)
-    home.mkdir()
-    git = ["git", "-c", "user.name=test", "-c", "user.email=test@example.invalid", "-c", "commit.gpgsign=false"]
-    subprocess.run([*git, "init", "-q"], cwd=project, check=True)
-    subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "init"], cwd=project, check=True)
-    return project, home
+    return harness.project_and_home(root, commit=True)
 
 
 @dataclass
@@ -174,14 +160,7 @@ def _catalogue(body: dict) -> str:
     return found.group(1) if found else ""
 
 
-def _reads_each_skill(kind, body, seen):
-    # One skill call per turn, each bundle skill in turn, then an answer.
-    assert kind == "chat"
-    names = [s.name for s in harness.bundle_skills()]
-    done = seen.calls.count(SKILL_TOOL)
-    if SKILL_TOOL in seen.tools and done < len(names):
-        return "", [(SKILL_TOOL, {"name": names[done]})]
-    return "Read both skills.", []
+_reads_each_skill = harness.one_skill_a_turn(SKILL_TOOL, "name")
 
 
 @pytest.fixture(scope="module", params=list(INSTALLS))

@@ -48,7 +48,6 @@ from __future__ import annotations
 import html
 import json
 import re
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,20 +77,11 @@ INSTALLS = {  # id -> (client, mbskills install flags after --client CLIENT, whe
 def _install(project: Path, home: Path, client: str, flags: tuple[str, ...], where: str) -> Path:
     """Run `mbskills install --client CLIENT FLAGS` and return the folder it filled."""
     dest = (home if where == "home" else project) / SUBDIRS[client]
-    done = harness.mbskills_install(project, home, "--client", client, *flags)
-    for skill in harness.bundle_skills():
-        assert (dest / skill.name / "SKILL.md").is_file(), f"install did not put {skill.name} into {dest}: {done.stdout}{done.stderr}"
-        if "--link" in flags:
-            assert (dest / skill.name).is_symlink(), f"--link left {dest / skill.name} without a folder link: {done.stdout}"
-    return dest
+    return harness.install_into(project, home, dest, client, *flags)
 
 
 def _folders(root: Path) -> tuple[Path, Path]:
-    project, home = root / "project", root / "home"
-    project.mkdir(parents=True)
-    home.mkdir()
-    subprocess.run(["git", "init", "-q"], cwd=project, check=True)
-    return project, home
+    return harness.project_and_home(root)
 
 
 @dataclass
@@ -154,14 +144,7 @@ def _shown(body: dict) -> str:
     return html.unescape(harness.strings(body))
 
 
-def _reads_each_skill(kind, body, seen):
-    # One skill call per turn, each bundle skill in turn, then an answer.
-    assert kind == "chat"
-    names = [s.name for s in harness.bundle_skills()]
-    done = seen.calls.count(SKILL_TOOL)
-    if SKILL_TOOL in seen.tools and done < len(names):
-        return "", [(SKILL_TOOL, {"skill": names[done]})]
-    return "Read both skills.", []
+_reads_each_skill = harness.one_skill_a_turn(SKILL_TOOL, "skill")
 
 
 @pytest.fixture(scope="module", params=list(INSTALLS))

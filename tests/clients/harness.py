@@ -174,3 +174,46 @@ def model_requests(server, kind: str) -> list[dict]:
 
 def dump(server) -> str:
     return json.dumps([{k: r[k] for k in ("path", "kind", "stream")} for r in server.requests])
+
+
+def project_and_home(root: Path, *, commit: bool = False) -> tuple[Path, Path]:
+    """A project that is a git repository (clients look for skills up to its root; with
+    `commit`, one that has a commit, as opencode wants for a worktree) and a HOME."""
+    project, home = root / "project", root / "home"
+    project.mkdir(parents=True)
+    home.mkdir()
+    git = ["git", "-c", "user.name=test", "-c", "user.email=test@example.invalid", "-c", "commit.gpgsign=false"]
+    subprocess.run([*git, "init", "-q"], cwd=project, check=True)
+    if commit:
+        subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "init"], cwd=project, check=True)
+    return project, home
+
+
+def install_into(project: Path, home: Path, dest: Path, client: str, *flags: str) -> Path:
+    """`mbskills install --client CLIENT FLAGS`, checked to have put every skill into dest,
+    each a folder link with --link; returns dest."""
+    done = mbskills_install(project, home, "--client", client, *flags)
+    for skill in bundle_skills():
+        assert (dest / skill.name / "SKILL.md").is_file(), f"install did not put {skill.name} into {dest}: {done.stdout}{done.stderr}"
+        if "--link" in flags:
+            assert (dest / skill.name).is_symlink(), f"--link left {dest / skill.name} without a folder link: {done.stdout}"
+    return dest
+
+
+def answer_only(kind, body, seen):
+    """A script that never calls a tool."""
+    return "No tools needed.", []
+
+
+def one_skill_a_turn(tool: str, key: str):
+    """A script that calls the client's skill tool ({key: NAME}) for each bundle skill in
+    turn, one a turn, then answers."""
+    names = [s.name for s in bundle_skills()]
+
+    def script(kind, body, seen):
+        done = seen.calls.count(tool)
+        if tool in seen.tools and done < len(names):
+            return "", [(tool, {key: names[done]})]
+        return "Read both skills.", []
+
+    return script
