@@ -3,7 +3,8 @@
 #   bash run.sh          the main job: validate the bundle, check every skill claim
 #                        against the pinned Megatron-Bridge (CPU), mutate every claim
 #                        section to show the checks notice, run the claims on the other
-#                        releases (mbskills drift, wheels from PyPI), then run the evals:
+#                        releases (mbskills drift, wheels from PyPI), install into each
+#                        agent client and see it read the skills, then run the evals:
 #                        against $MBSKILLS_MODEL (e.g. anthropic:claude-sonnet-4-5) when
 #                        set, else offline from the recorded answers in evals/calibration,
 #                        grade them ($MBSKILLS_JUDGE as the judge when set) and write reports
@@ -225,6 +226,9 @@ main() {
             "$VENV/bin/mbskills" check --out "$ROOT/out/claims"
             "$VENV/bin/mbskills" mutate --out "$ROOT/out/mutate"
             "$VENV/bin/mbskills" drift --out "$ROOT/out/drift"
+            # Install into each real agent client and see it read the skills (docs/clients.md).
+            ensure_clients
+            "$VENV/bin/python" -m pytest -q -p no:cacheprovider tests/test_clients_harness.py tests/test_client_*.py
             run_evals
             ;;
         test)
