@@ -10,7 +10,7 @@
 #                        grade them ($MBSKILLS_JUDGE as the judge when set) and write reports
 #   bash run.sh test     the test suite (extra arguments go to pytest); builds .venv-gateway
 #                        (a LiteLLM proxy) for the gateway tier unless MBSKILLS_SKIP_GATEWAY=1,
-#                        and installs the agent clients (npm ci in tests/clients) for the
+#                        and installs the agent clients (npm, tests/clients) for the
 #                        client tests unless MBSKILLS_SKIP_CLIENTS=1
 #   bash run.sh bench    the performance benchmark, bench/perf.py (extra arguments go to
 #                        it); builds .venv-bench with inspect_ai for the comparison
@@ -180,9 +180,13 @@ ensure_browser() {
 # tests/clients/package-lock.json. Their tests are part of the suite: a machine without
 # Node >= 20 and npm stops here with one line, unless MBSKILLS_SKIP_CLIENTS=1 (then those
 # tests skip and say why). Install scripts stay off: the clients run without them.
+# `npm ci` refuses this lock: Qwen Code 0.24.4 names optional platform packages that were
+# never published (@teddyzhu/clipboard-darwin-arm64 and others answer 404), and npm ci
+# counts them as missing from the lock. So `npm install` runs against the lock, and the
+# lock must come out byte for byte as committed, else setup stops.
 ensure_clients() {
     [ -n "${MBSKILLS_SKIP_CLIENTS:-}" ] && return 0
-    local dir="$ROOT/tests/clients" want major
+    local dir="$ROOT/tests/clients" want major before
     if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
         say "the agent-client tests need Node.js >= 20 and npm (e.g. 'apt-get install nodejs npm', or from nodejs.org); MBSKILLS_SKIP_CLIENTS=1 skips them"
         exit 2
@@ -192,10 +196,24 @@ ensure_clients() {
         say "the agent-client tests need Node.js >= 20; this is $(node --version) (MBSKILLS_SKIP_CLIENTS=1 skips them)"
         exit 2
     fi
-    want="$(cat "$dir/package-lock.json" "$(command -v node)" | sha256sum | cut -d' ' -f1)"
+    want="$(cat "$dir/package.json" "$dir/package-lock.json" "$(command -v node)" | sha256sum | cut -d' ' -f1)"
     if [ ! -f "$dir/node_modules/.mbskills.stamp" ] || [ "$(cat "$dir/node_modules/.mbskills.stamp")" != "$want" ]; then
-        say "installing the agent clients pinned in tests/clients/package-lock.json (npm ci, about 1.4 GB)"
-        (cd "$dir" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error >/dev/null)
+        say "installing the agent clients pinned in tests/clients/package-lock.json (about 1.4 GB)"
+        before="$(mktemp)"
+        cp "$dir/package-lock.json" "$before"
+        if ! (cd "$dir" && npm install --ignore-scripts --no-audit --no-fund --loglevel=error >/dev/null); then
+            cp "$before" "$dir/package-lock.json"
+            rm -f "$before"
+            say "npm install of tests/clients failed (see the lines above); MBSKILLS_SKIP_CLIENTS=1 skips the client tests"
+            exit 2
+        fi
+        if ! cmp -s "$before" "$dir/package-lock.json"; then
+            cp "$before" "$dir/package-lock.json"
+            rm -f "$before"
+            say "tests/clients/package-lock.json does not match tests/clients/package.json (npm wanted to change it); regenerate it with 'npm install --package-lock-only --ignore-scripts' there"
+            exit 2
+        fi
+        rm -f "$before"
         echo "$want" >"$dir/node_modules/.mbskills.stamp"
     fi
     # opencode's skill tool runs ripgrep.

@@ -1,5 +1,5 @@
 """Driving a real agent client (from tests/clients/node_modules, installed by run.sh with
-`npm ci`) headless against the scripted model server, with nothing else reachable.
+npm) headless against the scripted model server, with nothing else reachable.
 
 Each run gets its own HOME (and XDG folders, TMPDIR) under the test's tmp_path and an
 environment built from nothing, so no real key or config of the machine leaks in. The client
@@ -41,7 +41,7 @@ def unavailable(why: str):
 def client_bin(name: str) -> Path:
     path = BIN / name
     if not path.exists():
-        unavailable(f"{path} missing: `bash run.sh test` installs the clients (npm ci in tests/clients)")
+        unavailable(f"{path} missing: `bash run.sh test` installs the clients (npm, in tests/clients)")
     return path
 
 
