@@ -179,7 +179,8 @@ ensure_browser() {
 # The agent clients the install tests drive (tests/test_client_*.py), pinned in
 # tests/clients/package-lock.json. Their tests are part of the suite: a machine without
 # Node >= 20 and npm stops here with one line, unless MBSKILLS_SKIP_CLIENTS=1 (then those
-# tests skip and say why). Install scripts stay off: the clients run without them.
+# tests skip and say why). Install scripts stay off, but for the postinstall of Claude Code
+# and opencode, which puts their platform binary (from an optional package) in place.
 # `npm ci` refuses this lock: Qwen Code 0.24.4 names optional platform packages that were
 # never published (@teddyzhu/clipboard-darwin-arm64 and others answer 404), and npm ci
 # counts them as missing from the lock. So `npm install` runs against the lock, and the
@@ -205,6 +206,11 @@ ensure_clients() {
             cp "$before" "$dir/package-lock.json"
             rm -f "$before"
             say "npm install of tests/clients failed (see the lines above); MBSKILLS_SKIP_CLIENTS=1 skips the client tests"
+            exit 2
+        fi
+        if ! (cd "$dir" && npm rebuild @anthropic-ai/claude-code opencode-ai --loglevel=error >/dev/null); then
+            rm -f "$before"
+            say "the postinstall of Claude Code or opencode failed in tests/clients (see the lines above)"
             exit 2
         fi
         if ! cmp -s "$before" "$dir/package-lock.json"; then
