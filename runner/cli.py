@@ -65,6 +65,15 @@ def cmd_install(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_uninstall(args: argparse.Namespace) -> int:
+    from .install import uninstall
+
+    dest = _skills_folder(args)
+    removed = uninstall(dest, force=args.force)
+    print(f"removed {len(removed)} skills ({', '.join(removed) or 'none left'}) and the manifest from {dest}")
+    return EXIT_OK
+
+
 def cmd_verify(args: argparse.Namespace) -> int:
     from .install import verify
 
@@ -408,6 +417,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--full", action="store_true", help="tool results and system prompt in full")
     p.add_argument("--json", action="store_true", help="the records as JSON lines")
     p.set_defaults(func=cmd_show)
+
+    p = sub.add_parser("uninstall", help="remove the skills mbskills installed in a folder, and its manifest")
+    _skills_folder_options(p, "installed skills folder, instead of --client (default: the client's project folder)")
+    p.add_argument("--force", action="store_true", help="remove copies that were changed since install too")
+    p.set_defaults(func=cmd_uninstall)
 
     p = sub.add_parser("verify", help="report files added, changed or missing since install")
     _skills_folder_options(p, "installed skills folder, instead of --client (default: the client's project folder)")

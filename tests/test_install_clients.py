@@ -145,3 +145,40 @@ def test_the_readme_gives_each_client_its_command_and_folders():
     assert set(rows) == set(CLIENTS) == set(PROJECT)
     for name, (project, user) in rows.items():
         assert (project, user) == (PROJECT[name], USER[name]) == (CLIENTS[name].project, CLIENTS[name].user[2:]), name
+
+
+def test_uninstall_removes_what_install_put_there_and_nothing_else(where, capsys):
+    project, _ = where
+    dest = project / ".claude/skills"
+    (dest / "someone-elses").mkdir(parents=True)
+    (dest / "someone-elses/SKILL.md").write_text("keep\n")
+    assert mbskills("install", "--client", "claude-code") == 0
+    assert mbskills("uninstall", "--client", "claude-code") == 0
+    assert sorted(p.name for p in dest.iterdir()) == ["someone-elses"]
+    assert not manifest_path(dest).exists()
+    assert f"removed 2 skills ({', '.join(SKILLS)})" in capsys.readouterr().out
+    assert mbskills("uninstall", "--client", "claude-code") == 2  # nothing of ours left
+    assert "nothing here was installed by mbskills" in capsys.readouterr().err
+
+
+def test_uninstall_keeps_local_edits_unless_forced(where, capsys):
+    project, _ = where
+    dest = project / ".agents/skills"
+    assert mbskills("install") == 0
+    edited = dest / SKILLS[0] / "SKILL.md"
+    edited.write_text("my notes\n")
+    capsys.readouterr()
+    assert mbskills("uninstall") == 2
+    err = capsys.readouterr().err
+    assert "refusing to remove local changes" in err and f"{SKILLS[0]}/SKILL.md changed since install" in err and err.count("\n") == 1
+    assert edited.read_text() == "my notes\n" and (dest / SKILLS[1]).is_dir() and manifest_path(dest).exists()  # nothing removed
+    assert mbskills("uninstall", "--force") == 0
+    assert list(dest.iterdir()) == []
+
+
+def test_uninstall_of_a_link_install_leaves_the_bundle(where):
+    project, _ = where
+    assert mbskills("install", "--client", "opencode", "--link") == 0
+    assert mbskills("uninstall", "--client", "opencode") == 0
+    assert list((project / ".opencode/skills").iterdir()) == []
+    assert all((REPO / "skills" / s / "SKILL.md").is_file() for s in SKILLS)

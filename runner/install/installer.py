@@ -247,3 +247,29 @@ def verify(dest: Path) -> list[Difference]:
             raise UsageError(f"{manifest_path(dest)}: entry for {name!r} is not an object; reinstall with --force")
         out += _verify_skill(dest, name, entry)
     return out
+
+
+def uninstall(dest: Path, *, force: bool = False) -> list[str]:
+    """Remove the skills the manifest records from DEST, and the manifest. A copy edited
+    since install stays unless `force`: then nothing is removed. Other folders in DEST,
+    and a linked skill's source, are left alone."""
+    if not dest.is_dir():
+        raise UsageError(f"{dest}: no such folder; nothing was installed there")
+    manifest = read_manifest(dest)
+    if manifest is None:
+        raise UsageError(f"{dest}: no manifest ({manifest_path(dest)}); nothing here was installed by mbskills")
+    entries = manifest["skills"]
+    if not force:
+        problems = [f"{dest / d.path} {d.kind} since install" for name, entry in sorted(entries.items()) for d in _verify_skill(dest, name, entry) if d.kind != "missing"]
+        if problems:
+            raise UsageError("refusing to remove local changes: " + "; ".join(problems[:5]) + (" ..." if len(problems) > 5 else "") + " (rerun with --force to remove them too)")
+    removed = []
+    for name in sorted(entries):
+        target = dest / name
+        if target.is_symlink() or target.exists():
+            _remove(target)  # a link goes, never what it points to
+            removed.append(name)
+    for path in (manifest_path(dest), dest / LEGACY_MANIFEST):
+        if path.exists():
+            path.unlink()
+    return removed
