@@ -35,6 +35,8 @@ What this version of Claude Code does, as established by these runs:
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -167,3 +169,18 @@ def test_agents_folder_is_not_read_by_claude_code(tmp_path):
     for skill in harness.bundle_skills():
         assert skill.name not in shown, f"{skill.name} listed although only {dest} holds it; {why}"
         assert harness.folded(skill.description).strip()[:80] not in shown, why
+
+
+def test_uninstall_takes_the_skills_out_of_the_catalogue(tmp_path):
+    """After `mbskills uninstall --client claude-code` the next session lists neither skill."""
+    project, home = _folders(tmp_path)
+    dest = _install(project, home, CLIENT, (), "project")
+    done = subprocess.run([sys.executable, "-m", "runner.cli", "uninstall", "--client", CLIENT], cwd=project, env={**os.environ, "HOME": str(home)}, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    server, ran = _run_claude(tmp_path, project, home, harness.answer_only)
+    first = _conversation(server, ran)[0]["body"]
+    shown = harness.strings(first)
+    why = f"uninstalled from {dest}; requests: {harness.dump(server)}\n{ran.describe()}"
+    assert harness.folded(LISTING) in shown, why
+    for skill in harness.bundle_skills():
+        assert skill.name not in shown, f"{skill.name} still listed after uninstall; {why}"
