@@ -213,7 +213,7 @@ def test_qwen_folder_is_not_read_by_opencode(tmp_path):
     project, home = _folders(tmp_path)
     dest = _install(project, home, "qwen-code", (), "project")
     assert not any((project / d).exists() for d in (".opencode", ".agents", ".claude"))
-    run = _run_opencode(tmp_path, project, home, dest, lambda kind, body, seen: ("No tools needed.", []))
+    run = _run_opencode(tmp_path, project, home, dest, harness.answer_only)
     first = _conversation(run)[0]["body"]
     catalogue = _catalogue(first)
     assert "<name>customize-opencode</name>" in catalogue, f"no catalogue; {run.why()}"

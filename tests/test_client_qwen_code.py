@@ -204,7 +204,7 @@ def test_stray_file_in_skills_folder_is_warned_about(tmp_path):
     project, home = _folders(tmp_path)
     dest = _install(project, home, "qwen-code", (), "project")
     (dest / ".mbskills-manifest.json").write_text("{}")
-    run = _run_qwen(tmp_path, project, home, dest, lambda kind, body, seen: ("No tools needed.", []))
+    run = _run_qwen(tmp_path, project, home, dest, harness.answer_only)
     _conversation(run)
     assert f"{WARNING}: .mbskills-manifest.json" in run.debug_log, run.why()
 
@@ -216,7 +216,7 @@ def test_claude_folder_is_not_read_by_qwen_code(tmp_path):
     project, home = _folders(tmp_path)
     dest = _install(project, home, "claude-code", (), "project")
     assert not (project / ".qwen").exists() and not (project / ".agents").exists()
-    run = _run_qwen(tmp_path, project, home, dest, lambda kind, body, seen: ("No tools needed.", []))
+    run = _run_qwen(tmp_path, project, home, dest, harness.answer_only)
     shown = _shown(_conversation(run)[0]["body"])
     assert harness.folded(LISTING) in shown, run.why()
     # Only the catalogue counts: the startup context's folder tree of the project does
