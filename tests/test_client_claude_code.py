@@ -154,6 +154,18 @@ def test_skill_tool_sends_skill_body_back(tmp_path, install):
         assert marker in harness.strings(last), f"{skill.name}: SKILL.md body not sent back after the Skill call; {why}"
 
 
+def _assert_unlisted(tmp_path: Path, project: Path, home: Path, context: str) -> None:
+    """A session's first request has the catalogue (the built-in skills), so absence means
+    something, and neither bundle skill's name nor description in it."""
+    server, ran = _run_claude(tmp_path, project, home, harness.answer_only)
+    shown = harness.strings(_conversation(server, ran)[0]["body"])
+    why = f"{context}; requests: {harness.dump(server)}\n{ran.describe()}"
+    assert harness.folded(LISTING) in shown, why
+    for skill in harness.bundle_skills():
+        assert skill.name not in shown, f"{skill.name} listed; {why}"
+        assert harness.folded(skill.description).strip()[:80] not in shown, f"{skill.name}'s description shown; {why}"
+
+
 def test_agents_folder_is_not_read_by_claude_code(tmp_path):
     """The negative: skills in .agents/skills (`--client agents`) stay unlisted, while the
     catalogue itself is there (Claude Code's built-in skills), so the absence means
@@ -161,14 +173,7 @@ def test_agents_folder_is_not_read_by_claude_code(tmp_path):
     project, home = _folders(tmp_path)
     dest = _install(project, home, "agents", (), "project")
     assert not (project / ".claude").exists() and not (home / ".claude/skills").exists()
-    server, ran = _run_claude(tmp_path, project, home, harness.answer_only)
-    first = _conversation(server, ran)[0]["body"]
-    shown = harness.strings(first)
-    why = f"installed into {dest}; requests: {harness.dump(server)}\n{ran.describe()}"
-    assert harness.folded(LISTING) in shown, why
-    for skill in harness.bundle_skills():
-        assert skill.name not in shown, f"{skill.name} listed although only {dest} holds it; {why}"
-        assert harness.folded(skill.description).strip()[:80] not in shown, why
+    _assert_unlisted(tmp_path, project, home, f"only {dest} holds them")
 
 
 def test_uninstall_takes_the_skills_out_of_the_catalogue(tmp_path):
@@ -177,10 +182,4 @@ def test_uninstall_takes_the_skills_out_of_the_catalogue(tmp_path):
     dest = _install(project, home, CLIENT, (), "project")
     done = subprocess.run([sys.executable, "-m", "runner.cli", "uninstall", "--client", CLIENT], cwd=project, env={**os.environ, "HOME": str(home)}, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
-    server, ran = _run_claude(tmp_path, project, home, harness.answer_only)
-    first = _conversation(server, ran)[0]["body"]
-    shown = harness.strings(first)
-    why = f"uninstalled from {dest}; requests: {harness.dump(server)}\n{ran.describe()}"
-    assert harness.folded(LISTING) in shown, why
-    for skill in harness.bundle_skills():
-        assert skill.name not in shown, f"{skill.name} still listed after uninstall; {why}"
+    _assert_unlisted(tmp_path, project, home, f"uninstalled from {dest}")
