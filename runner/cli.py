@@ -165,6 +165,8 @@ def _judge_options(args: argparse.Namespace):
         cache=args.cache,
         no_cache=args.no_cache,
         jobs=args.jobs,
+        calibration=getattr(args, "calibration", None),
+        min_kappa=getattr(args, "min_kappa", None) if getattr(args, "min_kappa", None) is not None else defaults.MIN_KAPPA,
     )
 
 
@@ -172,8 +174,8 @@ def cmd_grade(args: argparse.Namespace) -> int:
     from .grade import grade_run
     from .report import Gates, publish
 
-    gate = Gates(args.fail_under_uplift, args.fail_under_pass, args.fail_on_regression, args.min_coverage)  # range-checked before any grading
-    graded = grade_run(Path(args.run), _judge_options(args), bundle=args.bundle, allow_incomplete=args.allow_incomplete)
+    gate = Gates(args.fail_under_uplift, args.fail_under_pass, args.fail_on_regression, args.min_coverage, args.min_cases)  # range-checked before any grading
+    graded = grade_run(Path(args.run), _judge_options(args), bundle=args.bundle, allow_incomplete=args.allow_incomplete, allow_changed_bundle=args.allow_changed_bundle)
     for warning in graded.warnings:
         say(f"mbskills: warning: {warning}")
     published = publish(graded, gate, resamples=args.resamples, seed=args.seed, allow_incomplete=args.allow_incomplete)
@@ -394,6 +396,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fail-on-regression", action="store_true", help="gate: any case whose pass rate under skills is below baseline fails")
     p.add_argument("--min-coverage", type=float, help="gate: every condition must count at least this fraction of its records (default: 1.0 whenever a gate is given)")
     p.add_argument("--allow-incomplete", action="store_true", help="grade a run with records missing, failed or still being written (the reports say so); the gates decide the exit")
+    p.add_argument("--allow-changed-bundle", action="store_true", help="grade although the bundle's files changed since the run (every report says which, first); without it that is exit 2")
+    p.add_argument("--min-cases", type=int, default=defaults.MIN_CASES, help="gate: a pass-rate or uplift gate over fewer counted cases fails as underpowered (default: %(default)s)")
+    p.add_argument("--calibration", metavar="FILE", help="the judge's calibration (`mbskills calibrate --judge ... --out FILE`); default: the one calibrate cached for this judge and bundle. Without one, no gate passes on judge verdicts")
+    p.add_argument("--min-kappa", type=_fraction, default=defaults.MIN_KAPPA, help="gate: the judge's kappa on the held-out set its calibration needs before its verdicts decide a gate (default: %(default)s)")
     p.add_argument("--resamples", type=int, default=defaults.RESAMPLES, help="bootstrap resamples (default: %(default)s)")
     p.add_argument("--seed", type=int, default=defaults.SEED, help="bootstrap seed (default: %(default)s)")
     p.set_defaults(func=cmd_grade)

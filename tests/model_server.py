@@ -16,6 +16,8 @@ It plays scripted models, chosen by the request's model name:
               Every verdict is kept in `verdicts`.
               Its evidence is the identifier it found, or (with none) the answer's first words.
   judge-liar  a judge that says YES to everything, quoting words that are not in the answer
+  judge-trivial a judge that says YES to everything, quoting markup or a word that is in
+              every answer (`**`, a backtick, `e`, `.`, `the`)
   judge-text  a judge that replies in prose instead of JSON
   prober      an adversarial model: one read_skill_file call per turn for each path in
               `probe_paths`, then an answer
@@ -27,7 +29,9 @@ faults served to the next requests in order: "429" (retry-after-ms: 10),
 "429-no-header", "500", "503", "401", "hang" (answers after `hang_s`), "reset" (the
 connection is dropped), "truncated" (a 200 whose JSON body is cut in half), "badargs"
 (a tool call whose arguments are not JSON), "objargs" (tool-call arguments sent as a
-JSON object, as some OpenAI-compatible servers do), "nousage" (a reply without token
+JSON object, as some OpenAI-compatible servers do), "length" (an empty reply that the
+output limit cut off: finish_reason length, stop_reason max_tokens, status incomplete),
+"nousage" (a reply without token
 counts), "html" and "sse" (a 200 whose body is an HTML page or an event stream),
 "400-model" (a gateway's 400 for an unknown model, with its error body) and "404-text"
 (a plain-text 404, as for a base URL without /v1). With `fault_rate` > 0, each request
@@ -128,6 +132,9 @@ class ModelServer:
         def decide(text: str) -> tuple[bool, str]:
             if model == "judge-liar":
                 return True, "the answer sets every flag exactly as the reference requires"
+            if model == "judge-trivial":
+                decide.n = getattr(decide, "n", 0) + 1
+                return True, ("**", "`", "e", ".", "the")[decide.n % 5]
             names = self.IDENT.findall(text)
             hit = next((n for n in names if n in answer), None)
             return (hit is not None or not names), hit or " ".join(answer.split()[:4])
@@ -264,7 +271,7 @@ class ModelServer:
             return fault
 
     async def _fault(self, fault: str | None, request: web.Request) -> web.StreamResponse | None:
-        if fault is None or fault in ("truncated", "badargs", "objargs", "nousage"):
+        if fault is None or fault in ("truncated", "badargs", "objargs", "nousage", "length"):
             return None
         if fault == "html":
             return web.Response(text="<!DOCTYPE html><html><head><title>Model gateway</title></head><body>Sign in</body></html>", content_type="text/html")
@@ -322,6 +329,16 @@ class ModelServer:
                     item["arguments"] = json.loads(item["arguments"])
             if fault == "nousage":
                 payload.pop("usage", None)
+            if fault == "length":  # the output limit cut the reply off before any text
+                payload = {"chat": self._chat, "responses": self._responses, "anthropic": self._anthropic, "gemini": self._gemini}[kind](body, "", [])
+                if kind == "chat":
+                    payload["choices"][0]["finish_reason"] = "length"
+                elif kind == "anthropic":
+                    payload["stop_reason"] = "max_tokens"
+                elif kind == "responses":
+                    payload["status"], payload["incomplete_details"] = "incomplete", {"reason": "max_output_tokens"}
+                else:
+                    payload["candidates"][0]["finishReason"] = "MAX_TOKENS"
             if fault == "truncated":
                 raw = json.dumps(payload).encode()
                 return web.Response(body=raw[: len(raw) // 2], content_type="application/json")

@@ -13,7 +13,7 @@ from runner.grade import RecordGrade, ScriptUse
 from runner.grade.checks import run_check
 from runner.grade.judge import JudgeError, fence, parse, prompt
 from runner.grade.records import grade_record
-from runner.grade.transcript import grade_process, process_behaviour, routing_outcome, script_use
+from runner.grade.transcript import Process, grade_process, process_behaviour, routing_outcome, script_use
 from runner.load import Bundle, bundle_cases, load_checks, read_checks, sidecar_for, split_frontmatter
 
 from conftest import REPO
@@ -34,18 +34,22 @@ def test_routing_outcomes(expected, activated, outcome):
 @pytest.mark.parametrize(
     "text, found",
     [
-        (f"Read the {FSDP} skill before answering.", ("positive", FSDP)),
-        ("Activates the Megatron FSDP skill.", ("positive", None)),
-        ("Uses the TP/DP/PP communication overlap skill.", ("positive", None)),
-        ("Does not activate any skill.", ("negative", None)),
-        ("Activates no skill from this bundle.", ("negative", None)),
-        (f"Doesn't load the {OVERLAP} skill.", ("negative", OVERLAP)),
+        (f"Read the {FSDP} skill before answering.", ("positive", FSDP, None)),
+        ("Activates the Megatron FSDP skill.", ("positive", FSDP, None)),
+        ("Uses the TP/DP/PP communication overlap skill.", ("positive", OVERLAP, None)),
+        ("Uses the TP/DP/PP communication overlap skill rather than the Megatron FSDP skill.", ("positive", OVERLAP, FSDP)),
+        ("Uses the Megatron FSDP skill rather than the communication overlap skill.", ("positive", FSDP, OVERLAP)),
+        ("Activates the skill.", ("positive", None, None)),
+        ("Does not activate any skill.", ("negative", None, None)),
+        ("Activates no skill from this bundle.", ("negative", None, None)),
+        (f"Doesn't load the {OVERLAP} skill.", ("negative", OVERLAP, None)),
+        ("Does not activate the TP/DP/PP communication overlap skill for a checkpointing question.", ("negative", OVERLAP, None)),
         ("Sets cfg.ddp.use_megatron_fsdp = True.", None),
         ("Explains why the skill's advice matters for checkpoints.", None),
     ],
 )
 def test_process_behaviours_are_recognised(text, found):
-    assert process_behaviour(text, SKILLS) == found
+    assert process_behaviour(text, SKILLS) == (Process(*found) if found else None)
 
 
 def record(**overrides) -> dict:
@@ -54,12 +58,23 @@ def record(**overrides) -> dict:
 
 
 def test_process_verdicts_follow_what_reached_the_model():
-    assert grade_process("positive", None, record(activated_skills=[FSDP]))[0] is True
-    assert grade_process("positive", None, record(activated_skills=[OVERLAP]))[0] is False
-    assert grade_process("positive", None, record(inlined_skill=FSDP))[0] is True  # inline: read by construction
-    assert grade_process("positive", OVERLAP, record(activated_skills=[FSDP]))[0] is False
-    assert grade_process("negative", None, record(expected_skill=None))[0] is True
-    assert grade_process("negative", None, record(expected_skill=None, activated_skills=[FSDP]))[0] is False
+    assert grade_process(Process("positive", None), record(activated_skills=[FSDP]))[0] is True
+    assert grade_process(Process("positive", None), record(activated_skills=[OVERLAP]))[0] is False
+    assert grade_process(Process("positive", None), record(inlined_skill=FSDP))[0] is True  # inline: read by construction
+    assert grade_process(Process("positive", OVERLAP), record(activated_skills=[FSDP]))[0] is False
+    assert grade_process(Process("negative", None), record(expected_skill=None))[0] is True
+    assert grade_process(Process("negative", None), record(expected_skill=None, activated_skills=[FSDP]))[0] is False
+
+
+def test_rather_than_fails_when_the_other_skill_came_first():
+    rather = process_behaviour("Uses the TP/DP/PP communication overlap skill rather than the Megatron FSDP skill.", SKILLS)
+    assert grade_process(rather, record(activated_skills=[OVERLAP]))[0] is True
+    assert grade_process(rather, record(activated_skills=[OVERLAP, FSDP]))[0] is True  # the right one first
+    verdict, why = grade_process(rather, record(activated_skills=[FSDP, OVERLAP]))
+    assert verdict is False and f"{FSDP} was read before {OVERLAP}" in why
+    assert grade_process(rather, record(activated_skills=[FSDP]))[0] is False
+    # reading the other skill's SKILL.md first (records before the tool counted it) is reaching for it first
+    assert grade_process(rather, record(activated_skills=[], files_read=[f"{FSDP}/SKILL.md", f"{OVERLAP}/SKILL.md"]))[0] is False
 
 
 def test_expected_script_read_or_cited():
@@ -86,7 +101,8 @@ def test_shipped_sidecars_load_and_pass_every_known_good_answer():
         answer = split_frontmatter(path, text).body if text.startswith("---") else text
         for check in case_checks:
             outcome = run_check(check, answer)
-            assert outcome.passed and outcome.kind == "presence", f"{key}: {check.behaviour}: {outcome.why}"
+            # a check of forbidden patterns only says `clear` on a good answer; the others find what they need
+            assert outcome.passed and outcome.kind == ("presence" if check.must else "clear"), f"{key}: {check.behaviour}: {outcome.why}"
 
 
 def write(path: Path, text: str) -> Path:
@@ -151,23 +167,25 @@ def test_the_answer_cannot_close_its_fence():
 def test_judge_reply_parsing():
     answer = "Set cfg.ddp.use_megatron_fsdp = True and keep fsdp_dtensor."
     good = {"behaviours": [{"id": 2, "verdict": "NO", "evidence": ""}, {"id": 1, "verdict": "YES", "evidence": "cfg.ddp.use_megatron_fsdp = True"}], "correct": {"verdict": "YES", "evidence": "made up quote"}}
-    verdicts, correct = parse(json.dumps(good), 2, answer)
+    topics = ["Sets cfg.ddp.use_megatron_fsdp = True.", "Keeps fsdp_dtensor."]
+    verdicts, correct = parse(json.dumps(good), topics, answer, "use_megatron_fsdp with fsdp_dtensor")
     assert [v.passed for v in verdicts] == [True, False] and verdicts[0].evidence_found
-    assert correct.passed and not correct.evidence_found
-    assert parse("```json\n" + json.dumps(good) + "\n```", 2, answer)[0][0].passed
+    assert correct.passed and not correct.evidence_found and correct.problem == "the quote is not in the answer"
+    assert parse("```json\n" + json.dumps(good) + "\n```", topics, answer, "")[0][0].passed
     with pytest.raises(JudgeError, match="not JSON"):
-        parse("Looks good to me.", 2, answer)
+        parse("Looks good to me.", topics, answer, "")
     with pytest.raises(JudgeError, match="does not match the schema"):
-        parse(json.dumps({"behaviours": [], "correct": {"verdict": "MAYBE", "evidence": ""}}), 0, answer)
+        parse(json.dumps({"behaviours": [], "correct": {"verdict": "MAYBE", "evidence": ""}}), [], answer, "")
     with pytest.raises(JudgeError, match=r"expected 1..2"):
-        parse(json.dumps(dict(good, behaviours=good["behaviours"][:1])), 2, answer)
+        parse(json.dumps(dict(good, behaviours=good["behaviours"][:1])), topics, answer, "")
 
 
 def test_a_quote_is_found_across_whitespace_case_and_markdown_emphasis():
     answer = "The flag is **not** set:\n`cfg.dist.use_megatron_fsdp`  stays   False."
     reply = {"behaviours": [{"id": 1, "verdict": "YES", "evidence": "the flag is not set"}, {"id": 2, "verdict": "YES", "evidence": "cfg.dist.use_megatron_fsdp stays false"},
                             {"id": 3, "verdict": "YES", "evidence": "the flag is set"}], "correct": {"verdict": "YES", "evidence": ""}}
-    verdicts, correct = parse(json.dumps(reply), 3, answer)
+    topics = ["Says the flag is not set.", "Says cfg.dist.use_megatron_fsdp stays False.", "Says the flag is set."]
+    verdicts, correct = parse(json.dumps(reply), topics, answer, "The flag stays False.")
     assert [v.evidence_found for v in verdicts] == [True, True, False]  # "is set" is not what it says
     assert not correct.evidence_found  # an empty quote supports nothing
 
@@ -192,7 +210,8 @@ def test_grade_record_without_judge():
     assert len(checked) == len(checks) and all(b.verdict for b in checked)
     assert grade.passed is True and grade.correct is None
     wrong = asyncio.run(grade_record(dict(rec, activated_skills=[OVERLAP]), case, SKILLS, checks, None))
-    assert wrong.routing == "wrong" and wrong.behaviours[0].verdict is False and wrong.passed is False
+    # the wrong skill fails the process verdict, reported apart; the content still passes
+    assert wrong.routing == "wrong" and wrong.behaviours[0].verdict is False and wrong.process_passed is False and wrong.passed is True
     failed = asyncio.run(grade_record(dict(rec, status="error", error={"kind": "timeout", "message": "x"}), case, SKILLS, checks, None))
     assert failed.status == "record_error" and failed.passed is None and failed.behaviours == []
 
@@ -209,8 +228,8 @@ def test_grades_round_trip_through_grades_jsonl_format():
     grade = asyncio.run(grade_record(rec, case, SKILLS, checks, None))
     data = json.loads(json.dumps(grade.to_dict()))
     assert RecordGrade.from_dict(data) == grade
-    # format 2 on disk: every field of every behaviour, whatever graded it
-    assert len({frozenset(b) for b in data["behaviours"]}) == 1 and "judge_usage" in data and data["format"] == 2
+    # format 3 on disk: every field of every behaviour, whatever graded it
+    assert len({frozenset(b) for b in data["behaviours"]}) == 1 and "judge_usage" in data and data["format"] == 3
     assert data["script"] == {"expected": "scripts/fsdp_preflight.py", "read": False, "cited": False, "passed": False}
-    with pytest.raises(ValueError, match="grade format 1"):
-        RecordGrade.from_dict(dict(data, format=1))
+    with pytest.raises(ValueError, match="grade format 2"):
+        RecordGrade.from_dict(dict(data, format=2))

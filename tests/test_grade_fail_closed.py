@@ -112,16 +112,26 @@ def test_a_case_with_one_checked_behaviour_is_ungraded_without_a_judge(tmp_path,
     report = report_of(run)
     skills = report["overall"]["conditions"]["skills"]
     assert skills["pass_rate"] is None and skills["coverage"] == 0 and skills["ungraded"] == 1
-    # baseline failed its process behaviour ("Reads the demo skill."): one failing verdict settles a record
-    assert report["overall"]["conditions"]["baseline"]["records"] == 1 and report["overall"]["conditions"]["baseline"]["passes"] == 0
+    # baseline failed its process behaviour ("Reads the demo skill."), which is not content:
+    # its content is as ungraded as under skills, and the process verdict shows as no activation figure
+    baseline = report["overall"]["conditions"]["baseline"]
+    assert (baseline["records"], baseline["ungraded"], baseline["activation"]) == (0, 1, None)
+    assert skills["activation"] == {"records": 1, "passes": 1, "rate": 1.0}
     needs = {b["text"] for b in report["grading"]["needs_judge"]}
     assert needs == {"Does not invent other settings.", "Explains the setting in one sentence."}
     text = (run / "BENCHMARK.md").read_text()
     assert "## Behaviours that need a judge" in text and "Does not invent other settings." in text
+    # a gate was given: JUnit fails what nobody graded, instead of skipping it
+    assert 'failure message="not graded, and a gate was given: 1 of 1 trials ungraded' in (run / "junit.xml").read_text()
+    assert main(["grade", str(run), "--resamples", "100"]) == 0
     assert 'skipped message="1 of 1 trials ungraded' in (run / "junit.xml").read_text()
-    # with a judge every behaviour is graded, and the gate can pass
-    assert main(["grade", str(run), "--resamples", "100", "--judge", "openai:judge", "--judge-base-url", server.openai_url, "--no-cache", "--fail-under-pass", "0"]) == 0
-    assert report_of(run)["overall"]["conditions"]["skills"]["coverage"] == 1
+    # a judge settles more, but its quotes must show something: the scripted judge quotes the
+    # answer's first words for behaviours that name nothing, which support nothing
+    judged = ["grade", str(run), "--resamples", "100", "--judge", "openai:judge", "--judge-base-url", server.openai_url, "--no-cache"]
+    assert main(judged) == 0
+    report = report_of(run)
+    assert report["grading"]["judge_verdicts"]["unsupported"] >= 2
+    assert {u["problem"] for u in report["unsupported"]} == {"the quote shares no key term with what it is said to show"}
 
 
 # -- 3. evidence -------------------------------------------------------------------------
@@ -201,7 +211,7 @@ def test_denials_and_double_negatives(answer, kind):
 
 def test_a_forbidden_statement_that_is_denied_trips_nothing():
     tripwire = check(must_not=[r"(?i)torch_dist is fine"])
-    assert run_check(tripwire, "People sometimes assume torch_dist is fine for saving. It is not: use fsdp_dtensor.").kind == "presence"
+    assert run_check(tripwire, "People sometimes assume torch_dist is fine for saving. It is not: use fsdp_dtensor.").kind == "clear"
     assert run_check(tripwire, "For saving, torch_dist is fine.").kind == "tripwire"
 
 
@@ -263,7 +273,7 @@ def test_reading_skill_md_through_read_skill_file_is_an_activation(tmp_path, ser
     names = [d.name for d in Bundle(REPO).skill_dirs()]
     assert process_behaviour("Uses ckpt_format from the skill: fsdp_dtensor", names) is None
     assert process_behaviour("Reads the bucket size from the skill", names) is None
-    assert process_behaviour("Read the nemo-mbridge-perf-megatron-fsdp skill before answering.", names) == ("positive", "nemo-mbridge-perf-megatron-fsdp")
+    assert process_behaviour("Read the nemo-mbridge-perf-megatron-fsdp skill before answering.", names) == ("positive", "nemo-mbridge-perf-megatron-fsdp", None)
     # and at run time the tool itself counts the read
     from runner.load import load_skill
     from runner.providers import ToolCall

@@ -80,7 +80,9 @@ def test_overall_uplift_and_sign_test(report):
     assert overall["conditions"]["skills"]["pass_rate"] == pytest.approx((1 + 1 + 0.5 + 0) / 4)
     assert overall["conditions"]["baseline"]["pass_rate"] == pytest.approx((0 + 0.5 + 1 + 0) / 4)
     assert (overall["conditions"]["skills"]["passes"], overall["conditions"]["skills"]["records"]) == (5, 8)
-    assert overall["conditions"]["skills"]["wilson"] == list(stats.wilson_interval(5, 8))
+    # the pooled interval counts each case once, at its own rate: not 8 independent trials
+    assert overall["conditions"]["skills"]["wilson"] == list(stats.wilson_over_clusters([1, 1, 0.5, 0]))
+    assert overall["conditions"]["skills"]["wilson"] != list(stats.wilson_interval(5, 8))
     uplift = overall["uplift"]["skills"]
     assert uplift["mean"] == pytest.approx(0.25)
     assert (uplift["improved"], uplift["regressed"], uplift["unchanged"]) == (2, 1, 1)
@@ -113,7 +115,7 @@ def test_behaviours_that_do_not_discriminate_are_flagged(report):
 def test_report_validates_and_the_markdown_and_junit_say_the_same(report):
     assert check_schema("report", report) == []
     text = benchmark_md(report)
-    assert "| pass rate (every verdict passes) | 38% | 62% | +25 pts [" in text
+    assert "| pass rate (every content verdict passes) | 38% | 62% | +25 pts [" in text
     assert "(+2/-1, p=1)" in text
     assert "| A/a3 | skills | regressed | 100% | 50% |" in text
     assert "`B/b1` #1 (never-passes)" in text
@@ -150,8 +152,9 @@ def server(monkeypatch):
 
 @pytest.fixture(scope="module")
 def replay_run(tmp_path_factory) -> Path:
+    # the known-bad answers under baseline, the known-good ones under skills: a real difference in content
     out = tmp_path_factory.mktemp("replay") / "run"
-    assert main(["eval", "--bundle", str(REPO), "--model", f"replay:{CALIBRATION}", "--conditions", "baseline,skills", "--out", str(out), "--progress", "plain"]) == 0
+    assert main(["eval", "--bundle", str(REPO), "--model", f"replay:{CALIBRATION}?baseline=bad-1", "--conditions", "baseline,skills", "--out", str(out), "--progress", "plain"]) == 0
     return out
 
 
@@ -180,17 +183,28 @@ def test_grade_with_a_scripted_judge_writes_four_reports(tmp_path, server, repla
     said = {v["answer"]: v for v in server.verdicts}
     records = {json.loads(line)["key"]: json.loads(line) for line in (run / "records.jsonl").read_text().splitlines()}
     for g in grades:
+        if g["status"] == "process_only":
+            continue  # no content behaviour: the judge is not asked
         verdict = said[records[g["key"]]["answer"]]
         content = [b for b in g["behaviours"] if b["kind"] == "content"]
         assert [b["judge"] for b in content] == verdict["behaviours"]
         assert g["correct"]["judge"] == verdict["correct"]
-        # the judge outranks a check, except where the check found a forbidden value
-        assert [False if b["check_kind"] in ("tripwire", "reversed") else b["judge"] for b in content] == [b["verdict"] for b in content]
-        assert all(b["evidence_found"] for b in content if b["judge"])  # the scripted judge quotes the answer
+        # the judge outranks a check, except where the check found a forbidden value; an unsupported YES decides nothing
+        for b in content:
+            if b["check_kind"] in ("tripwire", "reversed") or b["judge"] is False:
+                assert b["verdict"] is False
+            elif b["evidence_found"]:
+                assert (b["verdict"], b["source"]) == (True, "judge")
+            else:
+                assert b["source"] in ("check", None) and b["unsupported"]
+        # a YES counts only where its quote is in the answer, has substance and shares a term with the behaviour
+        assert all(b["evidence_found"] == (b["evidence_problem"] is None) for b in content if b["judge"])
+        assert all(b["unsupported"] == (bool(b["judge"]) and not b["evidence_found"]) for b in content)
         assert g["disagreements"] == [b["index"] for b in content if b["check"] is not None and b["check"] != b["judge"]]
     assert len(report["disagreements"]) == sum(len(g["disagreements"]) for g in grades)
     uplift = report["overall"]["uplift"]["skills"]
-    assert f"{100 * uplift['mean']:+.0f} pts [{100 * uplift['lo']:+.0f}, {100 * uplift['hi']:+.0f}]" in (run / "BENCHMARK.md").read_text()
+    shown = f"interval undefined: {uplift['undefined']}" if uplift["undefined"] else f"[{100 * uplift['lo']:+.0f}, {100 * uplift['hi']:+.0f}]"
+    assert f"{100 * uplift['mean']:+.0f} pts {shown}" in (run / "BENCHMARK.md").read_text()
     # regrading asks the judge nothing new
     made = server.count()
     assert grade(run, *judge) == 0 and server.count() == made
@@ -200,21 +214,29 @@ def test_gate_exit_codes(tmp_path, replay_run, capsys):
     run = copy_run(replay_run, tmp_path)
     assert grade(run) == 0  # no gate: the reports say what is ungraded, the exit does not
     report = json.loads((run / "report.json").read_text())
-    coverage = report["overall"]["conditions"]["skills"]["coverage"]
-    assert 0 < coverage < 1  # two behaviours of the shipped cases need a judge
-    uplift = report["overall"]["uplift"]["skills"]["mean"]
+    skills, baseline = report["overall"]["conditions"]["skills"], report["overall"]["conditions"]["baseline"]
+    assert 0 < baseline["coverage"] < skills["coverage"] < 1  # without a judge, checks settle only some answers
+    uplift = report["overall"]["uplift"]["skills"]
     # any gate demands full coverage unless told otherwise
-    assert grade(run, "--fail-under-uplift", f"{uplift - 0.01}") == 1
+    assert grade(run, "--fail-under-uplift", "0") == 1
     assert "gate failed: coverage under skills" in capsys.readouterr().err
-    floor = ["--min-coverage", f"{coverage - 0.01}"]
-    assert grade(run, "--fail-under-uplift", f"{uplift - 0.01}", *floor) == 0
-    assert grade(run, "--fail-under-uplift", f"{uplift + 0.01}", *floor) == 1
-    assert "gate failed: uplift skills - baseline" in capsys.readouterr().err
-    rate = report["overall"]["conditions"]["skills"]["pass_rate"]
+    floor = ["--min-coverage", f"{baseline['coverage'] - 0.01}"]
+    # an uplift over fewer cases than --min-cases is underpowered, whatever its size
+    assert uplift["cases"] < 10 and grade(run, "--fail-under-uplift", "0", *floor) == 1
+    assert f"gate failed: underpowered: uplift skills - baseline over {uplift['cases']} cases < --min-cases 10" in capsys.readouterr().err
+    # every counted case went from fail to pass: a constant difference has no interval, so it is no evidence
+    assert uplift["undefined"] and uplift["lo"] is None and uplift["mean"] == 1
+    assert grade(run, "--fail-under-uplift", "0", "--min-cases", str(uplift["cases"]), *floor) == 1
+    assert "has no interval (every case differs by +100 pts" in capsys.readouterr().err
+    rate = skills["pass_rate"]
+    assert skills["cases_counted"] >= 10
     assert grade(run, "--fail-under-pass", f"{rate - 0.01}", *floor) == 0
     assert grade(run, "--fail-under-pass", "1", *floor) == (1 if rate < 1 else 0)
-    assert grade(run, "--fail-on-regression", *floor) == (1 if report["overall"]["uplift"]["skills"]["regressed"] else 0)
-    assert grade(run, "--min-coverage", f"{coverage + 0.01}") == 1
+    assert grade(run, "--fail-under-pass", f"{rate - 0.01}", "--min-cases", str(skills["cases_counted"] + 1), *floor) == 1
+    assert "gate failed: underpowered: pass rate under skills" in capsys.readouterr().err
+    assert grade(run, "--fail-on-regression", *floor) == (1 if uplift["regressed"] else 0)
+    assert grade(run, "--min-coverage", f"{skills['coverage'] + 0.01}") == 1
+    assert grade(run, "--min-cases", "0") == 2
 
 
 @pytest.mark.parametrize("option, value", [("--fail-under-uplift", "10"), ("--fail-under-uplift", "-1.5"), ("--fail-under-pass", "1.2"), ("--min-coverage", "-0.1"), ("--min-coverage", "nan")])
@@ -231,8 +253,9 @@ def test_harness_failures_exit_3_and_bad_input_exit_2(tmp_path, server, replay_r
     assert grade(run, "--judge", "openai:judge-text", "--judge-base-url", server.openai_url, "--no-cache") == 3
     err = capsys.readouterr().err
     total = len((run / "records.jsonl").read_text().splitlines())  # cases x baseline, skills
-    assert f"could not be graded (judge_error:judge {total})" in err
-    assert f"{total} the judge could not grade" in (run / "BENCHMARK.md").read_text()
+    judged = total - 2 * 2  # the two routing-only cases have no content behaviour to ask a judge about
+    assert f"could not be graded (judge_error:judge {judged})" in err
+    assert f"{judged} the judge could not grade" in (run / "BENCHMARK.md").read_text()
     # a record that failed to run makes the run incomplete: exit 3 before any grading, even with every gate met
     lines = (run / "records.jsonl").read_text().splitlines()
     broken = json.loads(lines[0]) | {"status": "error", "error": {"kind": "timeout", "message": "read timed out", "status": None}}
@@ -345,8 +368,12 @@ def test_report_html_renders_in_headless_chromium(tmp_path, replay_run):
     colours = image.getcolors(maxcolors=1 << 20)
     count = {rgb: n for n, rgb in colours}
     assert len(colours) > 50  # text, bars and cells drew, not a blank page
-    # the uplift dot (#2f855a) and the interval bar (#2b6cb0) are on screen
-    assert count.get((0x2F, 0x85, 0x5A), 0) > 20 and count.get((0x2B, 0x6C, 0xB0), 0) > 20
+    # the uplift dot (#2f855a) is on screen, and the interval bar (#2b6cb0) exactly where an interval is defined
+    report = json.loads((run / "report.json").read_text())
+    defined = [e for e in [report["overall"]["uplift"]["skills"], *(g["uplift"]["skills"] for g in report["groups"].values())] if e["mean"] is not None]
+    assert count.get((0x2F, 0x85, 0x5A), 0) > 20
+    assert (count.get((0x2B, 0x6C, 0xB0), 0) > 20) == any(e["undefined"] is None and e["lo"] != e["hi"] for e in defined)
+    assert ("interval undefined" in dom) == any(e["undefined"] for e in defined)
 
 
 @pytest.mark.skipif(not os.environ.get("MBSKILLS_JUDGE"), reason="set MBSKILLS_JUDGE (and its API key) to calibrate a real judge")
@@ -361,13 +388,15 @@ def test_calibrate_a_real_judge(tmp_path, capsys):
 def test_scripted_run_numbers_match_hand_computed_expectations(tmp_path, good_bundle, monkeypatch, capsys):
     """demo-1..4 expect demo-skill, demo-5..6 expect none; the `skilled` model activates the
     expected skill and says which SKILL.md it saw, and the sidecar checks that. By hand:
-    skills passes 12/12 records, baseline 4/12 (only demo-5, demo-6, which need no skill);
-    per case uplift is 1,1,1,1,0,0 -> mean 4/6, 4 improved, 0 regressed, sign test p = 2/2^4."""
+    skills passes 12/12 records, baseline 4/12 (only demo-5, demo-6, whose content needs no
+    skill: without the skill the first check finds `saw-skill:none`, a definite fail);
+    per case uplift is 1,1,1,1,0,0 -> mean 4/6, 4 improved, 0 regressed, sign test p = 2/2^4.
+    The process behaviours ("Reads the demo skill.") count in activation, not in these rates."""
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
     # every content behaviour has a check, so every record is graded through
     (good_bundle / "skills/demo-skill/evals/checks.yaml").write_text(
         "".join(
-            f"demo-{i}:\n  - behaviour: Sets cfg.widget.enabled = True.\n    must: ['saw-skill:demo-skill']\n"
+            f"demo-{i}:\n  - behaviour: Sets cfg.widget.enabled = True.\n    must: ['saw-skill:demo-skill']\n    must_not: ['saw-skill:none']\n"
             "  - behaviour: Does not invent other settings.\n    must_not: ['invented']\n"
             "  - behaviour: Explains the setting in one sentence.\n    must: ['answer to']\n"
             for i in range(1, 5)
@@ -387,12 +416,14 @@ def test_scripted_run_numbers_match_hand_computed_expectations(tmp_path, good_bu
                      "--conditions", "baseline,skills", "--trials", "2", "--out", str(out), "--no-cache", "--progress", "plain"]) == 0
     finally:
         served.stop()
-    assert main(["grade", str(out), "--resamples", "2000", "--seed", "1", "--fail-under-uplift", "0.6", "--fail-on-regression"]) == 0
+    assert main(["grade", str(out), "--resamples", "2000", "--seed", "1", "--fail-under-uplift", "0.6", "--fail-on-regression", "--min-cases", "6"]) == 0
     report = json.loads((out / "report.json").read_text())
     overall = report["overall"]
     assert (overall["conditions"]["skills"]["passes"], overall["conditions"]["skills"]["records"]) == (12, 12)
     assert (overall["conditions"]["baseline"]["passes"], overall["conditions"]["baseline"]["records"]) == (4, 12)
-    assert overall["conditions"]["baseline"]["wilson"] == pytest.approx(list(stats.wilson_interval(4, 12)))
+    assert overall["conditions"]["baseline"]["wilson"] == pytest.approx(list(stats.wilson_over_clusters([0, 0, 0, 0, 1, 1])))
+    assert overall["conditions"]["skills"]["activation"] == {"records": 12, "passes": 12, "rate": 1.0}
+    assert overall["conditions"]["baseline"]["activation"] is None  # no skill tool: nothing to measure
     uplift = overall["uplift"]["skills"]
     assert uplift["mean"] == pytest.approx(4 / 6) and (uplift["improved"], uplift["regressed"], uplift["unchanged"]) == (4, 0, 2)
     assert uplift["p_value"] == pytest.approx(2 / 2**4)
@@ -400,16 +431,19 @@ def test_scripted_run_numbers_match_hand_computed_expectations(tmp_path, good_bu
     routing = report["routing"]
     assert routing["matrix"] == {"demo-skill": {"demo-skill": 8, "none": 0}, "none": {"demo-skill": 0, "none": 4}} and routing["accuracy"] == 1.0
     flags = {(b["case"], b["text"]): b["flag"] for b in report["behaviours"]}
-    assert flags[("demo-skill/demo-5", "Activates no skill.")] == "always-passes"
+    # a process behaviour has a verdict only where a skill tool was offered (skills), so it flags nothing
+    assert flags[("demo-skill/demo-5", "Activates no skill.")] is None
     assert flags[("demo-skill/demo-1", "Reads the demo skill.")] is None
     demo1 = next(r for r in report["cases"] if r["case"] == "demo-skill/demo-1")["conditions"]
     assert demo1["baseline"]["pass_at_k"] == {"1": 0.0, "2": 0.0} and demo1["skills"]["pass_hat_k"] == {"1": 1.0, "2": 1.0}
     text = (out / "BENCHMARK.md").read_text()
-    assert "| pass rate (every verdict passes) | 33% | 100% | +67 pts [" in text and "(+4/-0, p=0.125)" in text
+    assert "| pass rate (every content verdict passes) | 33% | 100% | +67 pts [" in text and "(+4/-0, p=0.125)" in text
+    assert "| activation: process behaviours pass (skill tool offered) | no skill tool | 12/12 (100%) |" in text
     assert "| routing: expected skill only | n/a | 100% |" in text
     suites = {s.get("name"): s for s in ET.fromstring((out / "junit.xml").read_text())}
     assert (suites["skills"].get("tests"), suites["skills"].get("failures")) == ("6", "0")
     assert suites["baseline"].get("failures") == "4"
     html = (out / "report.html").read_text()
     assert "+67 [" in html and "demo-skill (skills)" in html
-    assert main(["grade", str(out), "--fail-under-uplift", "0.7"]) == 1
+    assert main(["grade", str(out), "--fail-under-uplift", "0.7", "--min-cases", "6"]) == 1
+    assert main(["grade", str(out), "--fail-under-uplift", "0.6"]) == 1  # 6 cases: underpowered at the default --min-cases

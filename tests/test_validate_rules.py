@@ -109,7 +109,7 @@ def test_unreadable_file_is_a_finding(good_bundle: Path, monkeypatch):
 
 
 # Rules covered here rather than by a file in tests/fixtures/bad/.
-COVERED_BY_TESTS = {"file/too-large", "checks/schema", "checks/unknown-case", "checks/unknown-behaviour", "checks/regex", "calibration/labels", "bundle/card-missing", "bundle/empty", "bundle/unlisted-skill", "skill/missing", "card/missing", "evals/missing", "skill/spec", "skill/duplicate-claim", "file/unreadable"}
+COVERED_BY_TESTS = {"file/too-large", "checks/schema", "checks/unknown-case", "checks/unknown-behaviour", "checks/regex", "checks/empty-match", "checks/anchored-forbidden", "calibration/labels", "bundle/card-missing", "bundle/empty", "bundle/unlisted-skill", "skill/missing", "card/missing", "evals/missing", "skill/spec", "skill/duplicate-claim", "file/unreadable"}
 
 
 def test_every_rule_has_a_failing_fixture():
@@ -127,6 +127,8 @@ def test_every_rule_has_a_failing_fixture():
         ("skills/demo-skill/evals/checks.yaml", "demo-9:\n  - behaviour: x\n    must: [a]\n", "checks/unknown-case", 1),
         ("skills/demo-skill/evals/checks.yaml", "demo-1:\n  - behaviour: Sets something else.\n    must: [a]\n", "checks/unknown-behaviour", 2),
         ("skills/demo-skill/evals/checks.yaml", "demo-1:\n  - behaviour: Sets cfg.widget.enabled = True.\n    must: ['[a-']\n", "checks/regex", 3),
+        ("skills/demo-skill/evals/checks.yaml", "demo-1:\n  - behaviour: Sets cfg.widget.enabled = True.\n    must: ['(?:enabled)?']\n", "checks/empty-match", 3),
+        ("skills/demo-skill/evals/checks.yaml", "demo-1:\n  - behaviour: Sets cfg.widget.enabled = True.\n    must: [x]\n    must_not: ['^cfg\\.widget\\.enabled = False']\n", "checks/anchored-forbidden", 4),
         ("evals/routing.checks.yaml", "two:\n  - behaviour: Names cfg.widget.enabled.\n", "checks/schema", 2),
         ("evals/calibration/demo-skill/demo-1.bad-1.md", "---\nfails: [Sets nothing.]\ncorrect: false\n---\nx\n", "calibration/labels", 2),
     ],

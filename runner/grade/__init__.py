@@ -5,7 +5,7 @@ verdicts; calibration measures the checks and the judge against hand-labelled an
 from .calibrate import calibration_lines
 from .grading import GradedRun, JudgeOptions, calibrate_bundle, grade_run
 from .judge import Judge, JudgeError
-from .types import COUNTED, GRADE_FORMAT, GRADED, JUDGE_ERROR, RECORD_ERROR, TURN_LIMIT, UNGRADED, BehaviourGrade, Correctness, RecordGrade, ScriptUse
+from .types import COUNTED, GRADE_FORMAT, GRADED, JUDGE_ERROR, PROCESS_ONLY, RECORD_ERROR, TRUNCATED, TURN_LIMIT, UNGRADED, BehaviourGrade, Correctness, RecordGrade, ScriptUse
 
 __all__ = [
     "GRADED",
@@ -13,6 +13,8 @@ __all__ = [
     "JUDGE_ERROR",
     "RECORD_ERROR",
     "TURN_LIMIT",
+    "TRUNCATED",
+    "PROCESS_ONLY",
     "UNGRADED",
     "COUNTED",
     "BehaviourGrade",

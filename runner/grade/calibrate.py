@@ -10,9 +10,9 @@ import asyncio
 
 from .. import stats
 from ..load import Check, Labelled
-from .checks import KINDS, PRESENCE, run_check
+from .checks import CLEAR, KINDS, PRESENCE, run_check
 from .judge import Judge, JudgeError
-from .policy import CHECK_DECIDES, DEFINITE_FAILS
+from .policy import CHECK_DECIDES, DEFINITE_FAILS, check_verdicts
 from .transcript import process_behaviour
 
 
@@ -33,20 +33,20 @@ def score(pairs: list[tuple[bool, bool]]) -> dict:
 
 
 def _kind_score(rows: list[tuple[bool, str]]) -> dict:
-    """Per check kind: how often what it says (pass for presence, fail otherwise) is the label."""
+    """Per check kind: how often what it says (pass for presence and clear, fail otherwise) is the label."""
     out = {}
     for kind in KINDS:
         labels = [label for label, k in rows if k == kind]
-        says = kind == PRESENCE
+        says = kind in (PRESENCE, CLEAR)
         right = sum(1 for label in labels if label == says)
         out[kind] = {"items": len(labels), "right": right, "precision": right / len(labels) if labels else None, "decides": CHECK_DECIDES[kind]}
     return out
 
 
-def _policy_score(rows: list[tuple[bool, str]]) -> dict:
-    """The checks as the policy lets them decide (no judge): verdicts only where the kind
-    decides, the rest ungraded."""
-    decided = [(label, kind == PRESENCE) for label, kind in rows if CHECK_DECIDES[kind]]
+def _policy_score(rows: list[tuple[bool, bool | None]]) -> dict:
+    """The checks as the policy lets them decide (no judge): (label, verdict) with None
+    where they decide nothing (left ungraded)."""
+    decided = [(label, verdict) for label, verdict in rows if verdict is not None]
     result = score(decided)
     result["ungraded"] = len(rows) - len(decided)
     result["coverage"] = len(decided) / len(rows) if rows else None
@@ -54,7 +54,7 @@ def _policy_score(rows: list[tuple[bool, str]]) -> dict:
 
 
 async def calibrate(labelled: list[Labelled], skill_names: list[str], checks: dict[str, list[Check]], judge: Judge | None, *, jobs: int = 8) -> dict:
-    check_pairs, kind_rows, judge_pairs, supported_pairs, correct_pairs, combined_pairs, errors, items = [], [], [], [], [], [], [], []
+    check_pairs, kind_rows, policy_rows, judge_pairs, supported_pairs, correct_pairs, combined_pairs, errors, items = [], [], [], [], [], [], [], [], []
     unsupported = 0
     gate = asyncio.Semaphore(jobs)
 
@@ -71,6 +71,9 @@ async def calibrate(labelled: list[Labelled], skill_names: list[str], checks: di
                 check_pairs.append((entry.label(text), outcome.passed))
                 kind_rows.append((entry.label(text), outcome.kind))
                 row["behaviours"].append({"text": text, "label": entry.label(text), "check": outcome.passed, "kind": outcome.kind})
+        checked = list(outcomes)
+        decided = dict(zip(checked, check_verdicts([outcomes[t].kind for t in checked])))
+        policy_rows.extend((entry.label(t), decided[t]) for t in checked)
         if judge is not None:
             try:
                 async with gate:
@@ -89,8 +92,8 @@ async def calibrate(labelled: list[Labelled], skill_names: list[str], checks: di
                     combined_pairs.append((entry.label(text), False))
                 elif not verdict.passed or verdict.evidence_found:
                     combined_pairs.append((entry.label(text), verdict.passed))
-                elif outcome is not None and CHECK_DECIDES[outcome.kind]:
-                    combined_pairs.append((entry.label(text), outcome.passed))
+                elif decided.get(text) is not None:
+                    combined_pairs.append((entry.label(text), decided[text]))
             correct_pairs.append((entry.correct, judged.correct.passed))
             row["judge"] = [v.passed for v in judged.behaviours]
         items.append(row)
@@ -103,7 +106,7 @@ async def calibrate(labelled: list[Labelled], skill_names: list[str], checks: di
         "judge": judge.describe() if judge else None,
         "checks": score(check_pairs),
         "check_kinds": _kind_score(kind_rows),
-        "policy_checks_only": _policy_score(kind_rows),
+        "policy_checks_only": _policy_score(policy_rows),
         "judge_behaviours": score(judge_pairs) if judge else None,
         "judge_supported": score(supported_pairs) if judge else None,
         "judge_unsupported": unsupported if judge else None,

@@ -18,7 +18,12 @@ What a check says, by kind:
             saying the wrong thing; a double negative ("not ... unless") is not reversed
   presence  every `must` pattern is found, affirmatively, and no `must_not` one
   absence   some `must` pattern is not found
+  clear     the check has only `must_not` patterns and none is found: the answer avoids a
+            mistake, which an answer that says nothing does too
 How much each kind decides is the grading policy (runner/grade/policy.py).
+
+An answer that says nothing (empty, only markup, or a short "I do not know" with no
+config name or value in it) fails every content behaviour, whatever the checks say.
 """
 
 from __future__ import annotations
@@ -28,8 +33,34 @@ from dataclasses import dataclass
 
 from ..load import Check
 
-TRIPWIRE, REVERSED, PRESENCE, ABSENCE = "tripwire", "reversed", "presence", "absence"
-KINDS = (TRIPWIRE, REVERSED, PRESENCE, ABSENCE)
+TRIPWIRE, REVERSED, PRESENCE, ABSENCE, CLEAR = "tripwire", "reversed", "presence", "absence", "clear"
+KINDS = (TRIPWIRE, REVERSED, PRESENCE, ABSENCE, CLEAR)
+
+# A code token: a dotted or snake_case name, a call, an assignment, a number with a unit.
+CODE_TOKEN_RE = re.compile(r"\w+\.\w+|\w+_\w+|\w+\(|=|\b\d")
+_WORD_RE = re.compile(r"[A-Za-z]+")
+# What an answer that declines to answer says.
+_DECLINES_RE = re.compile(
+    r"\b(?:i\s+(?:do\s+not|cannot|can\s+not|am\s+not\s+(?:sure|able))|not\s+sure|no\s+idea|unable\s+to|cannot\s+(?:help|answer|say)|unknown|n/?a)\b", re.IGNORECASE
+)
+NOTHING_WORDS = 3  # fewer words than this, with no code token, says nothing
+DECLINE_WORDS = 15  # a decline up to this long, with no code token, says nothing
+
+
+def says_nothing(answer: str) -> str | None:
+    """Why an answer carries no content (None when it does): empty, only markup or
+    punctuation, a word or two, or a short decline, in each case with no code token."""
+    text = normalise(answer or "")
+    if CODE_TOKEN_RE.search(text):
+        return None
+    words = _WORD_RE.findall(text)
+    if not words:
+        return "the answer is empty" if not text.strip() else "the answer is only markup or punctuation"
+    if len(words) < NOTHING_WORDS:
+        return f"the answer is {len(words)} word{'s' if len(words) > 1 else ''} with no config name or value"
+    if len(words) <= DECLINE_WORDS and _DECLINES_RE.search(text):
+        return "the answer declines to answer"
+    return None
 
 _CONTRACTIONS = {
     "can't": "cannot", "won't": "will not", "shan't": "shall not", "isn't": "is not", "aren't": "are not",
@@ -211,12 +242,13 @@ def _expected_negations(pattern: re.Pattern) -> frozenset[str]:
 
 @dataclass(frozen=True)
 class CheckOutcome:
-    kind: str  # tripwire | reversed | presence | absence
+    kind: str  # tripwire | reversed | presence | absence | clear
     why: str
 
     @property
     def passed(self) -> bool:
-        return self.kind == PRESENCE
+        """What the check says of the behaviour; how much that decides is the policy's."""
+        return self.kind in (PRESENCE, CLEAR)
 
 
 def run_check(check: Check, answer: str) -> CheckOutcome:
@@ -240,4 +272,6 @@ def run_check(check: Check, answer: str) -> CheckOutcome:
     if reversed_by is not None:
         pattern, match = reversed_by
         return CheckOutcome(REVERSED, f"/{pattern.pattern}/ found only in a negated or reversed statement: {match.group(0)[:80]!r}")
+    if not check.must:
+        return CheckOutcome(CLEAR, "no forbidden pattern found (nothing required)")
     return CheckOutcome(PRESENCE, "all patterns agree")

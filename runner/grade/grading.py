@@ -4,12 +4,15 @@ the judge (when asked for), grade, and close the judge's client and cache again.
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Awaitable, Callable
 
-from ..core import HarnessError, UsageError, defaults
-from ..load import DEV, HELD_OUT, TRAINING, Bundle, Case, Check, bundle_cases, fingerprint, load_checks, load_skill, require_labels, resolve_bundle
+from ..core import HarnessError, UsageError, defaults, write_atomic
+from ..load import DEV, HELD_OUT, TRAINING, Bundle, Case, Check, bundle_cases, bundle_files, changed_files, fingerprint, load_checks, load_skill, require_labels, resolve_bundle
 from ..providers import NoCache, ProviderError, Settings, Transport, open_cache, open_provider
 from ..run import RunStatus, load_run, run_status
 from .calibrate import calibrate
@@ -32,6 +35,8 @@ class JudgeOptions:
     cache: str | None = None
     no_cache: bool = False
     jobs: int = defaults.JOBS
+    calibration: str | None = None  # --calibration FILE; else the cache calibrate writes
+    min_kappa: float = defaults.MIN_KAPPA
 
 
 def _temperature(text: str) -> float | None:
@@ -89,25 +94,43 @@ class GradedRun:
     fingerprint_now: str  # of the bundle as it is now, over the cases the run holds
     checks_cases: int
     status: RunStatus  # how complete the run is
+    content_cases: list[str] = field(default_factory=list)  # cases with a content behaviour: the ones a pass rate counts
+    bundle_changes: list[str] = field(default_factory=list)  # files changed since the run (graded anyway with --allow-changed-bundle)
     needs_judge: list[dict] = field(default_factory=list)  # behaviours no check can settle
     warnings: list[str] = field(default_factory=list)
+    judge_trust: "JudgeTrust | None" = None  # whether the judge's verdicts may decide a gate
 
 
-def grade_run(run: Path, options: JudgeOptions, *, bundle: str | Path | None = None, allow_incomplete: bool = False) -> GradedRun:
+def _bundle_changes(info: dict, now: dict[str, str]) -> list[str]:
+    if isinstance(info.get("bundle_files"), dict):
+        return changed_files(info["bundle_files"], now)
+    # runs written before run.json listed the files: only the whole can be compared
+    return [] if info.get("bundle_fingerprint") == fingerprint(now) else ["the bundle (this run lists no files to name)"]
+
+
+def grade_run(run: Path, options: JudgeOptions, *, bundle: str | Path | None = None, allow_incomplete: bool = False, allow_changed_bundle: bool = False) -> GradedRun:
     """Grade every record of the run directory `run` against the bundle (--bundle, else the
-    one its run.json names). A run with records missing, failed or still being written is a
-    HarnessError (exit 3) before anything is graded, unless `allow_incomplete`."""
+    one its run.json names). A bundle whose files changed since the run is unusable input
+    (the grades would not be the run's), unless `allow_changed_bundle`. A run with records
+    missing, failed or still being written is a HarnessError (exit 3) before anything is
+    graded, unless `allow_incomplete`."""
     info, records = load_run(run)
     found = resolve_bundle(bundle, recorded=info.get("bundle"))
     cases, checks = _cases_and_checks(found)
     by_key = {c.key: c for c in cases}
-    missing = sorted({r["case"] for r in records} - set(by_key))
+    missing = [k for k in info["cases"] if k not in by_key]
     if missing:
         raise UsageError(f"{run}: records for cases the bundle no longer has: {', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''}")
     if not records:
         raise UsageError(f"{run}: no records to grade")
     skills = [load_skill(d) for d in found.skill_dirs()]
     names = [s.name for s in skills]
+    planned = [by_key[k] for k in info["cases"]]
+    files_now = bundle_files(found.root, skills, planned)
+    changes = _bundle_changes(info, files_now)
+    if changes and not allow_changed_bundle:
+        more = f" and {len(changes) - 3} more" if len(changes) > 3 else ""
+        raise UsageError(f"{run}: the bundle changed since this run ({'; '.join(changes[:3])}{more}), so its grades would not be this run's; grade with the bundle it ran on, or pass --allow-changed-bundle")
     opened = _open_judge(options)  # unusable judge options (exit 2) come before an incomplete run (exit 3)
     status = run_status(run, info, records)
     if not status.complete and not allow_incomplete:
@@ -119,10 +142,10 @@ def grade_run(run: Path, options: JudgeOptions, *, bundle: str | Path | None = N
     model = info["model"]
     if judge and judge.identity["provider"] == model["provider"] and judge.identity["model"] == model["model"]:
         warnings.append(f"the judge {options.model} is the model under test; its verdicts may favour its own answers")
-    ran = {r["case"] for r in records}
-    now = fingerprint(skills, [c for c in cases if c.key in ran])
-    needs = [] if judge else _needs_judge([by_key[k] for k in sorted(ran)], names, checks)
-    return GradedRun(run, info, grades, names, judge.describe() if judge else None, now, len(checks), status, needs, warnings)
+    content = [c.key for c in planned if any(not process_behaviour(b.text, names) for b in c.behaviours)]
+    needs = [] if judge else _needs_judge(planned, names, checks)
+    trust = judge_trust(judge.describe(), found, options.model, explicit=Path(options.calibration) if options.calibration else None, min_kappa=options.min_kappa) if judge else None
+    return GradedRun(run, info, grades, names, judge.describe() if judge else None, fingerprint(files_now), len(checks), status, content, changes, needs, warnings, trust)
 
 
 def _needs_judge(cases: list[Case], skill_names: list[str], checks: dict[str, list[Check]]) -> list[dict]:
@@ -155,5 +178,78 @@ def calibrate_bundle(bundle: Bundle, options: JudgeOptions, *, answers: Path | N
 
     judge, results = _with_judge(options, work)
     out = [{"name": name, "path": str(path), **result} for (name, path, _), result in zip(labelled, results)]
-    return {"judge": judge.describe() if judge else None, "sets": out, "judge_errors": [e for r in out for e in r["judge_errors"]]}
+    result = {"judge": judge.describe() if judge else None, "bundle_fingerprint": bundle_fingerprint(bundle), "sets": out, "judge_errors": [e for r in out for e in r["judge_errors"]]}
+    if judge and not result["judge_errors"]:
+        store_calibration(result)  # what a gate over this judge's verdicts will ask for
+    return result
+
+
+# -- how far a judge may be trusted -------------------------------------------------------
+
+TUNING_SETS = ("dev", "training")  # sets the checks were tuned on: no evidence about a judge's trust
+
+
+def bundle_fingerprint(bundle: Bundle) -> str:
+    """Of every file that decides grading in the bundle (all its cases): a calibration holds
+    for the bundle it was measured on."""
+    cases = bundle_cases(bundle)
+    return fingerprint(bundle_files(bundle.root, [load_skill(d) for d in bundle.skill_dirs()], cases))
+
+
+def calibrations_dir() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "mbskills" / "calibrations"
+
+
+def _calibration_name(judge: dict, fingerprint_: str) -> str:
+    return hashlib.sha256(json.dumps([judge, fingerprint_], sort_keys=True).encode()).hexdigest()[:20] + ".json"
+
+
+def store_calibration(result: dict) -> Path:
+    path = calibrations_dir() / _calibration_name(result["judge"], result["bundle_fingerprint"])
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, json.dumps(result, indent=2) + "\n")
+    except OSError:
+        pass  # a cache that cannot be written costs a rerun of calibrate, nothing else
+    return path
+
+
+@dataclass(frozen=True)
+class JudgeTrust:
+    """Whether the judge's verdicts may decide a gate: a calibration of this judge on this
+    bundle, on a set the checks were not tuned on, with kappa at least min_kappa."""
+
+    ok: bool
+    line: str  # what the reports say about it
+    kappa: float | None = None
+    path: str | None = None
+
+    def to_dict(self) -> dict:
+        return {"ok": self.ok, "line": self.line, "kappa": self.kappa, "path": self.path}
+
+
+def judge_trust(judge: dict, bundle: Bundle, model: str, *, explicit: Path | None, min_kappa: float) -> JudgeTrust:
+    now = bundle_fingerprint(bundle)
+    path = explicit or calibrations_dir() / _calibration_name(judge, now)
+    command = f"`mbskills calibrate --judge {model} --out FILE` and pass --calibration FILE"
+    if not path.is_file():
+        where = f"{path} does not exist" if explicit else f"no calibration of {model} for this bundle is cached"
+        return JudgeTrust(False, f"judge {model} is not calibrated: {where}; run {command}")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        sets, their_judge, their_bundle = data["sets"], data["judge"], data["bundle_fingerprint"]
+        headline = sets[0]
+        kappa = headline["policy_with_judge"]["kappa"]
+    except (OSError, ValueError, KeyError, IndexError, TypeError):
+        raise UsageError(f"{path}: not a calibration written by `mbskills calibrate --judge ... --out FILE`") from None
+    if their_judge != judge:
+        return JudgeTrust(False, f"{path} calibrates another judge ({their_judge.get('provider') if isinstance(their_judge, dict) else their_judge}:{their_judge.get('model') if isinstance(their_judge, dict) else ''}); run {command}", None, str(path))
+    if their_bundle != now:
+        return JudgeTrust(False, f"{path} was measured on another version of the bundle; run {command}", None, str(path))
+    if headline["name"] in TUNING_SETS:
+        return JudgeTrust(False, f"{path} measured the judge only on the {headline['name']} set, which the checks were tuned on; it needs a held-out set", kappa, str(path))
+    if not isinstance(kappa, (int, float)) or kappa < min_kappa:
+        shown = "n/a" if not isinstance(kappa, (int, float)) else f"{kappa:.3f}"
+        return JudgeTrust(False, f"judge {model}: kappa {shown} on the {headline['name']} set ({path}) is under --min-kappa {min_kappa}", kappa if isinstance(kappa, (int, float)) else None, str(path))
+    return JudgeTrust(True, f"judge {model}: kappa {kappa:.3f} on the {headline['name']} set ({path})", kappa, str(path))
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field
 
 from ..core import MbskillsError
@@ -57,7 +58,8 @@ class JudgeError(MbskillsError):
 class Verdict:
     passed: bool
     evidence: str
-    evidence_found: bool
+    evidence_found: bool  # a YES whose quote supports it (quote_problem() found nothing)
+    problem: str | None = None  # why a YES's quote does not support it
 
 
 @dataclass
@@ -88,7 +90,54 @@ def _normal(text: str) -> str:
     return " ".join(text.translate(_MARKUP).split()).lower()
 
 
-def parse(text: str, count: int, answer: str) -> tuple[list[Verdict], Verdict]:
+# Words that carry no subject: a quote made of them supports nothing.
+_STOPWORDS = frozenset(
+    "a an the and or but if of to in on at by for with from as is are was were be been being it its this that these those "
+    "you your we our they them he she i me my do does did not no yes so then than there here what which who how when where "
+    "why can could should would will may might must shall set sets use uses using also just only very more most some any all "
+    "answer answers explains explain says say states state tells tell recommends recommend".split()
+)
+_TERM_RE = re.compile(r"[a-z0-9_]+(?:\.[a-z0-9_]+)*")
+MIN_QUOTE_WORDS = 3  # a quote without a code token needs at least this many words
+
+
+def _terms(text: str) -> set[str]:
+    """Key terms: names and words that are not stopwords, each dotted name also by its parts."""
+    out = set()
+    for token in _TERM_RE.findall(text.lower()):
+        for part in {token, *token.split(".")}:
+            if part and part not in _STOPWORDS and (len(part) >= 3 or any(c.isdigit() for c in part)):
+                out.add(part)
+    return out
+
+
+def _shares_term(quote: set[str], topic: set[str]) -> bool:
+    # a shared stem counts too: "sharded" supports "sharding", "overlaps" "overlap"
+    return bool(quote & topic) or any(len(a) >= 5 and len(b) >= 5 and a[:5] == b[:5] for a in quote for b in topic)
+
+
+def quote_problem(quote: str, answer: str, topic: str) -> str | None:
+    """Why a judge's quote does not support its YES (None when it does): it must be in the
+    answer, have substance after folding (a code token, or at least MIN_QUOTE_WORDS words,
+    not only markup and punctuation), and share a key term with what it supports."""
+    folded = _normal(quote)
+    if not re.search(r"[a-z0-9]", folded):
+        return "the quote is empty or only markup and punctuation"
+    if folded not in _normal(answer):
+        return "the quote is not in the answer"
+    code = re.search(r"\w+[._]\w+|\w+\(|=|\d", folded)
+    words = re.findall(r"[a-z]+", folded)
+    if not code and len(words) < MIN_QUOTE_WORDS:
+        return f"the quote {quote.strip()[:40]!r} is too short to show anything"
+    if not _shares_term(_terms(folded), _terms(topic)):
+        return "the quote shares no key term with what it is said to show"
+    return None
+
+
+def parse(text: str, topics: list[str], answer: str, reference: str) -> tuple[list[Verdict], Verdict]:
+    """The judge's reply as verdicts, each YES's quote held to quote_problem() against its
+    behaviour (and the correctness YES against the reference answer)."""
+    count = len(topics)
     body = text.strip()
     if body.startswith("```"):
         body = body.strip("`")
@@ -106,14 +155,14 @@ def parse(text: str, count: int, answer: str) -> tuple[list[Verdict], Verdict]:
     ids = sorted(item["id"] for item in data["behaviours"])
     if ids != list(range(1, count + 1)):
         raise JudgeError(f"judge graded behaviours {ids}, expected 1..{count}")
-    haystack = _normal(answer)
 
-    def verdict(item: dict) -> Verdict:
-        evidence = item["evidence"]
-        return Verdict(item["verdict"] == "YES", evidence, bool(evidence.strip()) and _normal(evidence) in haystack)
+    def verdict(item: dict, topic: str) -> Verdict:
+        yes, evidence = item["verdict"] == "YES", item["evidence"]
+        problem = quote_problem(evidence, answer, topic) if yes else None
+        return Verdict(yes, evidence, yes and problem is None, problem)
 
     ordered = sorted(data["behaviours"], key=lambda item: item["id"])
-    return [verdict(item) for item in ordered], verdict(data["correct"])
+    return [verdict(item, topic) for item, topic in zip(ordered, topics)], verdict(data["correct"], reference)
 
 
 class Judge:
@@ -137,7 +186,7 @@ class Judge:
                 if failure.fatal:
                     raise
                 raise JudgeError(f"judge request failed: {failure.kind}: {failure}") from None
-        verdicts, correct = parse(reply.text, len(behaviours), answer)
+        verdicts, correct = parse(reply.text, behaviours, answer, reference)
         if key and not cached:
             self.cache.put(key, reply)  # only replies that parsed are worth keeping
         return Judgement(verdicts, correct, reply.usage, cached)

@@ -9,22 +9,29 @@ import asyncio
 from typing import Callable
 
 from ..load import Case, Check
-from .checks import run_check
+from ..run import TRUNCATION_STOPS
+from .checks import run_check, says_nothing
 from .judge import Judge, JudgeError
-from .policy import CHECK_DECIDES, DEFINITE_FAILS
+from .policy import DEFINITE_FAILS, check_verdicts
 from .transcript import activations, grade_process, process_behaviour, routing_outcome, script_use
-from .types import CONTENT, GRADED, JUDGE_ERROR, PROCESS, RECORD_ERROR, TURN_LIMIT, UNGRADED, BehaviourGrade, Correctness, RecordGrade
+from .types import CONTENT, GRADED, JUDGE_ERROR, PROCESS, PROCESS_ONLY, RECORD_ERROR, TRUNCATED, TURN_LIMIT, UNGRADED, BehaviourGrade, Correctness, RecordGrade
 
 
-def _final(item: BehaviourGrade) -> None:
-    if item.kind == PROCESS:
-        item.verdict, item.source = item.transcript, "transcript"
-    elif item.check is not None and item.check_kind in DEFINITE_FAILS:
-        item.verdict, item.source = False, "check"
-    elif item.judge is False or (item.judge and item.evidence_found):
-        item.verdict, item.source = item.judge, "judge"
-    elif item.check is not None and CHECK_DECIDES[item.check_kind]:
-        item.verdict, item.source = item.check, "check"
+def _final(items: list[BehaviourGrade], nothing: str | None) -> None:
+    """Each behaviour's verdict by the policy (runner/grade/policy.py)."""
+    content = [b for b in items if b.kind == CONTENT]
+    by_checks = dict(zip((id(b) for b in content), check_verdicts([b.check_kind for b in content])))
+    for item in items:
+        if item.kind == PROCESS:
+            item.verdict, item.source = item.transcript, "transcript"
+        elif nothing:
+            item.verdict, item.source = False, "answer"
+        elif item.check is not None and item.check_kind in DEFINITE_FAILS:
+            item.verdict, item.source = False, "check"
+        elif item.judge is False or (item.judge and item.evidence_found):
+            item.verdict, item.source = item.judge, "judge"
+        elif by_checks[id(item)] is not None:
+            item.verdict, item.source = by_checks[id(item)], "check"
 
 
 def _usage(record: dict) -> tuple[int | None, int | None]:
@@ -32,6 +39,18 @@ def _usage(record: dict) -> tuple[int | None, int | None]:
     if usage.get("unreported"):
         return None, None
     return usage["input_tokens"], usage["output_tokens"]
+
+
+def _truncated(record: dict) -> bool:
+    # records written before the `truncated` status said ok; their last turn tells
+    return record["status"] == TRUNCATED or (record["status"] == "ok" and bool(record["turns"]) and record["turns"][-1].get("stop_reason") in TRUNCATION_STOPS)
+
+
+def _one_verdict(verdicts: list[bool | None]) -> bool | None:
+    """One failing verdict fails; all graded and passing passes; anything else: None."""
+    if False in verdicts:
+        return False
+    return True if verdicts and None not in verdicts else None
 
 
 async def grade_record(record: dict, case: Case, skill_names: list[str], checks: list[Check], judge: Judge | None) -> RecordGrade:
@@ -59,7 +78,12 @@ async def grade_record(record: dict, case: Case, skill_names: list[str], checks:
         # the model never answered: a failure of the record, whatever its behaviours
         grade.status, grade.passed = TURN_LIMIT, False
         return grade
+    if _truncated(record):
+        # the output limit cut the answer off: not a whole answer, so a failure
+        grade.status, grade.passed = TRUNCATED, False
+        return grade
     answer = record["answer"] or ""
+    grade.says_nothing = says_nothing(answer)
     by_text = {c.behaviour: c for c in checks}
     content: list[int] = []
     for index, behaviour in enumerate(case.behaviours):
@@ -67,7 +91,7 @@ async def grade_record(record: dict, case: Case, skill_names: list[str], checks:
         process = process_behaviour(behaviour.text, skill_names)
         if process:
             item.kind = PROCESS
-            item.transcript, item.transcript_why = grade_process(*process, record)
+            item.transcript, item.transcript_why = grade_process(process, record)
         else:
             content.append(index)
             check = by_text.get(behaviour.text)
@@ -75,7 +99,7 @@ async def grade_record(record: dict, case: Case, skill_names: list[str], checks:
                 outcome = run_check(check, answer)
                 item.check, item.check_kind, item.check_why = outcome.passed, outcome.kind, outcome.why
         grade.behaviours.append(item)
-    if judge is not None:
+    if judge is not None and content:
         try:
             judged = await judge.grade(case.key, case.prompt, case.ground_truth, [case.behaviours[i].text for i in content], answer)
         except JudgeError as failure:
@@ -84,25 +108,26 @@ async def grade_record(record: dict, case: Case, skill_names: list[str], checks:
             for index, verdict in zip(content, judged.behaviours):
                 item = grade.behaviours[index]
                 item.judge, item.evidence, item.evidence_found = verdict.passed, verdict.evidence, verdict.evidence_found
-                item.unsupported = verdict.passed and not verdict.evidence_found
-            grade.correct = Correctness(judged.correct.passed, judged.correct.evidence, judged.correct.evidence_found)
+                item.unsupported, item.evidence_problem = verdict.passed and not verdict.evidence_found, verdict.problem
+            grade.correct = Correctness(judged.correct.passed, judged.correct.evidence, judged.correct.evidence_found, judged.correct.problem)
             grade.judge_usage = judged.usage.to_dict() | {"cached": judged.cached}
-    for item in grade.behaviours:
-        _final(item)
+    _final(grade.behaviours, grade.says_nothing)
     grade.script = script_use(record)
-    graded = [b.verdict for b in grade.behaviours if b.verdict is not None]
+    contents = [b for b in grade.behaviours if b.kind == CONTENT]
+    graded = [b.verdict for b in contents if b.verdict is not None]
     grade.behaviour_rate = (sum(graded) / len(graded)) if graded else None
     grade.disagreements = [b.index for b in grade.behaviours if b.judge is not None and b.check is not None and b.judge != b.check]
+    process = [b.verdict for b in grade.behaviours if b.kind == PROCESS]
+    grade.process_passed = _one_verdict(process) if process else None
     if grade.status == GRADED:
-        # One verdict that fails fails the record; it passes only when every behaviour is
-        # graded and passes; anything between is ungraded and counts in no rate.
-        verdicts = [b.verdict for b in grade.behaviours] + ([grade.correct.verdict] if grade.correct else [])
-        if False in verdicts:
-            grade.passed = False
-        elif verdicts and None not in verdicts:
-            grade.passed = True
+        if not contents:
+            grade.status = PROCESS_ONLY  # nothing about the answer's content to count
         else:
-            grade.status = UNGRADED
+            # content only: a condition that offers no skill must be able to pass
+            correct = [False if grade.says_nothing else grade.correct.verdict] if grade.correct else []
+            grade.passed = _one_verdict([b.verdict for b in contents] + correct)
+            if grade.passed is None:
+                grade.status = UNGRADED
     return grade
 
 

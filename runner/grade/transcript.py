@@ -6,6 +6,7 @@ skill before answering"), which a judge reading only the answer cannot see."""
 from __future__ import annotations
 
 import re
+from typing import NamedTuple
 
 from .types import ScriptUse
 
@@ -53,27 +54,63 @@ def seen_skills(record: dict) -> list[str]:
     return seen
 
 
-def process_behaviour(text: str, skill_names: list[str]) -> tuple[str, str | None] | None:
-    """('positive'|'negative', named skill or None) when the behaviour is about using skills."""
-    text = text.strip()
-    named = next((name for name in skill_names if name in text), None)
-    if NEGATIVE.search(text):
-        return "negative", named
-    if POSITIVE.search(text):
-        return "positive", named
+class Process(NamedTuple):
+    """A behaviour about using skills: positive or negative, the skill it names (None: the
+    case's expected one, or any), and for "X rather than Y" the skill it rules out."""
+
+    kind: str
+    named: str | None
+    avoided: str | None = None
+
+
+_PHRASE = re.compile(r"\b(?:the|a|an)\s+((?:[A-Za-z0-9/-]+\s+){0,5}?)skill\b", re.IGNORECASE)
+_RATHER = re.compile(r"\b(?:rather\s+than|instead\s+of|not)\s+(?:the|a|an)\s+((?:[A-Za-z0-9/-]+\s+){0,5}?)skill\b", re.IGNORECASE)
+
+
+def _skill_named(phrase: str, skill_names: list[str]) -> str | None:
+    """The skill a phrase names: its id, or the one skill whose name shares the most words
+    with it ("Megatron FSDP" -> nemo-mbridge-perf-megatron-fsdp); None when no single one."""
+    for name in skill_names:
+        if name in phrase:
+            return name
+    words = set(re.findall(r"[a-z0-9]+", phrase.lower()))
+    scores = sorted(((len(words & set(name.split("-"))), name) for name in skill_names), reverse=True)
+    if scores and scores[0][0] > 0 and (len(scores) == 1 or scores[1][0] < scores[0][0]):
+        return scores[0][1]
     return None
 
 
-def grade_process(kind: str, named: str | None, record: dict) -> tuple[bool, str]:
+def process_behaviour(text: str, skill_names: list[str]) -> Process | None:
+    """The behaviour as a Process when it is about using skills, else None."""
+    text = text.strip()
+    if NEGATIVE.search(text):
+        phrase = _PHRASE.search(text)
+        return Process("negative", _skill_named(phrase.group(1), skill_names) if phrase else None)
+    if POSITIVE.search(text):
+        rather = _RATHER.search(text)
+        head = text[: rather.start()] if rather else text
+        phrase = _PHRASE.search(head)
+        return Process("positive", _skill_named(phrase.group(1), skill_names) if phrase else None, _skill_named(rather.group(1), skill_names) if rather else None)
+    return None
+
+
+def grade_process(process: Process, record: dict) -> tuple[bool, str]:
     seen = seen_skills(record)
-    if kind == "negative":
-        if named:
-            return named not in seen, f"{named} {'was' if named in seen else 'was not'} used"
-        return not seen, f"skills used: {', '.join(seen) or 'none'}"
-    target = named or record["expected_skill"]
+    used = f"used: {', '.join(seen) or 'none'}"
+    if process.kind == "negative":
+        if process.named:
+            return process.named not in seen, f"{process.named} {'was' if process.named in seen else 'was not'} used"
+        return not seen, f"skills {used}"
+    target = process.named or record["expected_skill"]
     if target is None:
-        return bool(seen), f"skills used: {', '.join(seen) or 'none'}"
-    return target in seen, f"{target} {'was' if target in seen else 'was not'} read; used: {', '.join(seen) or 'none'}"
+        return bool(seen), f"skills {used}"
+    if target not in seen:
+        return False, f"{target} was not read; {used}"
+    avoided = process.avoided
+    if avoided and avoided in seen and seen.index(avoided) < seen.index(target):
+        # "X rather than Y": reaching for Y first is the wrong choice, whatever came after
+        return False, f"{avoided} was read before {target}; {used}"
+    return True, f"{target} was read; {used}"
 
 
 def script_use(record: dict) -> ScriptUse | None:

@@ -1,8 +1,13 @@
 """Typed grades, written to grades.jsonl (format 2) with every field present.
 
 A behaviour is graded (`verdict` True or False, with its `source`) or ungraded (`verdict`
-None: no grader shown reliable had a say). A record fails when one verdict fails, passes only
-when every behaviour is graded and passes, and is otherwise `ungraded`: it counts in no rate.
+None: no grader shown reliable had a say). Behaviours are content (what the answer says) or
+process (which skills the agent read). A record's `passed` is over its content verdicts
+only: it fails when one fails, passes only when every one is graded and passes, and is
+otherwise `ungraded` (counted in no rate). Process verdicts give `process_passed`, reported
+as activation where a skill tool was offered and never part of a pass rate or an uplift:
+a condition that offers no skill could never pass them. A case with no content behaviour
+gives `process_only` records, counted in routing and activation only.
 """
 
 from __future__ import annotations
@@ -10,11 +15,12 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-GRADE_FORMAT = 2
-# A record's grade status. Only GRADED and TURN_LIMIT records count in pass rates.
-GRADED, UNGRADED, TURN_LIMIT = "graded", "ungraded", "turn_limit"
-RECORD_ERROR, JUDGE_ERROR = "record_error", "judge_error"
-COUNTED = (GRADED, TURN_LIMIT)
+GRADE_FORMAT = 3
+# A record's grade status. Only GRADED, TURN_LIMIT and TRUNCATED records count in pass rates
+# (the last two as failures: the model gave no whole answer).
+GRADED, UNGRADED, TURN_LIMIT, TRUNCATED = "graded", "ungraded", "turn_limit", "truncated"
+RECORD_ERROR, JUDGE_ERROR, PROCESS_ONLY = "record_error", "judge_error", "process_only"
+COUNTED = (GRADED, TURN_LIMIT, TRUNCATED)
 CONTENT, PROCESS = "content", "process"
 
 
@@ -31,9 +37,10 @@ class BehaviourGrade:
     judge: bool | None = None  # what the judge said
     evidence: str | None = None  # the judge's quote
     evidence_found: bool | None = None  # whether that quote is in the answer
-    unsupported: bool = False  # a judge YES whose quote is not in the answer: it counts for nothing
+    unsupported: bool = False  # a judge YES whose quote does not support it: it counts for nothing
+    evidence_problem: str | None = None  # why that quote does not support it
     verdict: bool | None = None  # the final verdict; None: ungraded
-    source: str | None = None  # transcript | judge | check | None
+    source: str | None = None  # transcript | judge | check | answer (it says nothing) | None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -58,6 +65,7 @@ class Correctness:
     judge: bool
     evidence: str
     evidence_found: bool = True
+    problem: str | None = None  # why a YES's quote does not support it
 
     @property
     def verdict(self) -> bool | None:
@@ -88,8 +96,10 @@ class RecordGrade:
     behaviours: list[BehaviourGrade] = field(default_factory=list)
     script: ScriptUse | None = None
     correct: Correctness | None = None
-    behaviour_rate: float | None = None  # over graded behaviours
-    passed: bool | None = None  # None: not counted (an error, or an ungraded behaviour)
+    behaviour_rate: float | None = None  # over graded content behaviours
+    passed: bool | None = None  # content only; None: not counted (an error, an ungraded behaviour, no content behaviour)
+    process_passed: bool | None = None  # every process behaviour passes; None: the case has none
+    says_nothing: str | None = None  # why the answer carries no content, where it does not
     disagreements: list[int] = field(default_factory=list)  # behaviour indexes where judge and check differ
 
     @property

@@ -2,7 +2,7 @@
 labelled answers, read from disk with every value traceable to a file and line.
 Nothing here asks a model or imports torch."""
 
-from .bundle import SOURCE_CHECKOUT, bundle_cases, fingerprint, resolve_bundle, select_cases
+from .bundle import SOURCE_CHECKOUT, bundle_cases, bundle_files, changed_files, fingerprint, resolve_bundle, select_cases
 from .cases import AGENTSKILLS, FLAT, MAX_CASE_FILE_BYTES, Behaviour, Case, EvalsFile, case_files, check_case_file, files_root, load_cases, read_evals
 from .checks import Check, load_checks, read_checks, sidecar_for
 from .labelled import DEV, HELD_OUT, TRAINING, Labelled, load_labelled, require_labels
@@ -30,6 +30,8 @@ __all__ = [
     "SkillDocument",
     "MAX_CASE_FILE_BYTES",
     "bundle_cases",
+    "bundle_files",
+    "changed_files",
     "case_files",
     "check_case_file",
     "files_root",

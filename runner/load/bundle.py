@@ -68,14 +68,38 @@ def select_cases(cases: list[Case], *, skills: list[str] | None = None, pattern:
     return chosen
 
 
-def fingerprint(skills: list[Skill], cases: list[Case]) -> str:
-    """Changes when any file a model could see, or any case, changes."""
-    digest = hashlib.sha256()
+def bundle_files(root: Path, skills: list[Skill], cases: list[Case]) -> dict[str, str]:
+    """sha256 of every file that decides a run or its grades, by path under `root`: each
+    skill's files but evals/ (SKILL.md, references, scripts: what a model can see), and the
+    evals files holding `cases` with their checks sidecars (what grades the answers)."""
+    from .checks import sidecar_for
+
+    def name(path: Path) -> str:
+        try:
+            return path.resolve().relative_to(root.resolve()).as_posix()
+        except ValueError:
+            return path.as_posix()
+
+    paths = []
     for skill in skills:
-        # evals/ is left out: the model never sees it, and its cases are hashed below
-        files = (p for p in skill.root.rglob("*") if p.is_file() and "__pycache__" not in p.parts and p.relative_to(skill.root).parts[0] != "evals")
-        for path in sorted(files):
-            digest.update(str(path.relative_to(skill.root.parent)).encode() + b"\0" + path.read_bytes() + b"\0")
-    for source in sorted({c.source for c in cases}):
-        digest.update(source.name.encode() + b"\0" + source.read_bytes() + b"\0")
+        # a skill's evals/ enters below, through the cases that come from it
+        paths += [p for p in skill.root.rglob("*") if p.is_file() and "__pycache__" not in p.parts and p.relative_to(skill.root).parts[0] != "evals"]
+    for source in {c.source for c in cases}:
+        paths += [source] + [s for s in (sidecar_for(source),) if s.is_file()]
+    return {name(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(paths)}
+
+
+def fingerprint(files: dict[str, str]) -> str:
+    """One hash of bundle_files(): it changes when any of those files does."""
+    digest = hashlib.sha256()
+    for path in sorted(files):
+        digest.update(path.encode() + b"\0" + files[path].encode() + b"\0")
     return digest.hexdigest()[:16]
+
+
+def changed_files(then: dict[str, str], now: dict[str, str]) -> list[str]:
+    """What differs between two bundle_files() maps, one phrase per file."""
+    out = [f"{p} changed" for p in sorted(then.keys() & now.keys()) if then[p] != now[p]]
+    out += [f"{p} removed" for p in sorted(then.keys() - now.keys())]
+    out += [f"{p} added" for p in sorted(now.keys() - then.keys())]
+    return out

@@ -12,11 +12,17 @@ them over an answer is grading (runner/grade/checks.py).
 
 A window `[^.\n]` ("within one sentence") does not stop at the dot inside an identifier
 such as `checkpoint.save`: it is compiled as "not a sentence end".
+
+Refused: a pattern that matches the empty string (it finds something in every answer, the
+empty one too), and a `must_not` pattern anchored to a line's or the text's start or end
+(`^`, `$`, `\\A`, `\\Z`): the same statement in a sentence or a list item escapes it.
 """
 
 from __future__ import annotations
 
 import re
+import re._constants as _sre
+import re._parser as _sre_parser
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,6 +41,38 @@ class Check:
     behaviour: str
     must: tuple[re.Pattern, ...]
     must_not: tuple[re.Pattern, ...]
+
+
+_ANCHORS = {_sre.AT_BEGINNING, _sre.AT_BEGINNING_STRING, _sre.AT_END, _sre.AT_END_STRING}
+
+
+def _anchored(pattern: str) -> bool:
+    """Whether a pattern holds a line or text anchor anywhere (lookarounds included), but
+    for `\\A` right before a lookaround: a condition on the whole answer, which nothing escapes."""
+
+    def walk(items) -> bool:
+        items = list(items)
+        for index, (op, arg) in enumerate(items):
+            whole_answer = arg == _sre.AT_BEGINNING_STRING and index + 1 < len(items) and items[index + 1][0] in (_sre.ASSERT, _sre.ASSERT_NOT)
+            if op == _sre.AT and arg in _ANCHORS and not whole_answer:
+                return True
+            for value in arg if isinstance(arg, (tuple, list)) else (arg,):
+                if isinstance(value, _sre_parser.SubPattern) and walk(value):
+                    return True
+                if isinstance(value, list) and any(isinstance(v, _sre_parser.SubPattern) and walk(v) for v in value):
+                    return True
+        return False
+
+    return walk(_sre_parser.parse(pattern))
+
+
+def pattern_problem(field: str, compiled: re.Pattern) -> tuple[str, str] | None:
+    """(rule, message) when a compiled check pattern cannot be trusted, else None."""
+    if compiled.search("") is not None:
+        return "checks/empty-match", "matches the empty string, so it is found in every answer (the empty one too)"
+    if field == "must_not" and _anchored(compiled.pattern):
+        return "checks/anchored-forbidden", "a forbidden pattern anchored to a line's start or end (^, $, \\A, \\Z): the same statement in a sentence or a list item escapes it"
+    return None
 
 
 def sidecar_for(evals_path: Path) -> Path:
@@ -85,9 +123,15 @@ def read_checks(path: Path, cases: list[Case]) -> tuple[dict[str, list[Check]], 
                     continue
                 for n, pattern in enumerate(patterns):
                     try:
-                        compiled[field].append(re.compile(pattern.replace(SENTENCE_WINDOW, WITHIN_SENTENCE), re.MULTILINE))
+                        regex = re.compile(pattern.replace(SENTENCE_WINDOW, WITHIN_SENTENCE), re.MULTILINE)
                     except re.error as exc:
                         findings.append(Finding(str(path), located.line(where + (field, n)), "checks/regex", f"{case_id}[{index}].{field}[{n}]: {exc}"))
+                        continue
+                    problem = pattern_problem(field, regex)
+                    if problem:
+                        findings.append(Finding(str(path), located.line(where + (field, n)), problem[0], f"{case_id}[{index}].{field}[{n}]: {problem[1]}"))
+                        continue
+                    compiled[field].append(regex)
             if not compiled["must"] and not compiled["must_not"]:
                 continue  # every pattern was bad; the findings say which
             out.setdefault(case.key, []).append(Check(entry["behaviour"].strip(), tuple(compiled["must"]), tuple(compiled["must_not"])))

@@ -70,9 +70,10 @@ def open_provider(
     if kind == "replay":
         if base_url or api:
             raise UsageError(f"{url_flag} and {api_flag} do not apply to replay:DIR ({flag} {spec})")
-        from .replay import Replay
+        from .replay import Replay, split_variants
 
-        return Replay(Path(model))
+        directory, variants = split_variants(model)
+        return Replay(Path(directory), variants)
     if api not in (None, "chat", "responses") or (api == "responses" and kind != "openai"):
         raise UsageError(f"{api_flag} {api}: only openai: models take {api_flag} chat|responses")
     base_url = base_url or env.get(BASE_URL_VARIABLES[kind]) or None

@@ -2,7 +2,9 @@
 
 DIR holds one Markdown answer per case, `DIR/<owner>/<case id>.md`, where owner is the
 skill whose evals/ holds the case (or the bundle evals file's stem, e.g. `routing`). A
-`<case id>.<condition>.md` beside it overrides the answer for one condition. Optional YAML
+`<case id>.<condition>.md` beside it overrides the answer for one condition, and
+`replay:DIR?baseline=bad-1` takes `<case id>.bad-1.md` for every case under `baseline`
+(one answer set per condition: a run whose conditions differ in what the answers say). Optional YAML
 frontmatter says what the recorded agent did under the `skills` condition before
 answering:
 
@@ -48,17 +50,30 @@ def _parse(path: Path) -> Recorded:
     return Recorded(document.body.strip(), activate, tuple(read))
 
 
+def split_variants(spec: str) -> tuple[str, dict[str, str]]:
+    """`DIR?condition=variant&...` -> (DIR, {condition: variant})."""
+    directory, _, query = spec.partition("?")
+    variants: dict[str, str] = {}
+    for part in filter(None, query.split("&")):
+        condition, eq, variant = part.partition("=")
+        if not eq or not condition or not variant or "/" in variant or variant.startswith("."):
+            raise UsageError(f"replay:{spec}: expected DIR?CONDITION=VARIANT (for example ?baseline=bad-1), got {part!r}")
+        variants[condition] = variant
+    return directory, variants
+
+
 class Replay:
     name = "replay"
     api = "replay"
     cacheable = False  # already local and free
     ignored: list[str] = []
 
-    def __init__(self, directory: Path):
+    def __init__(self, directory: Path, variants: dict[str, str] | None = None):
         if not directory.is_dir():
             raise UsageError(f"replay:{directory}: not a folder of recorded answers")
         self.directory = directory
-        self.model = str(directory)
+        self.variants = dict(variants or {})
+        self.model = str(directory) + ("?" + "&".join(f"{c}={v}" for c, v in sorted(self.variants.items())) if self.variants else "")
         self._answers: dict[tuple[str, str], Recorded] = {}
 
     def identity(self) -> dict:
@@ -66,7 +81,9 @@ class Replay:
 
     def _path(self, case_key: str, condition: str) -> Path | None:
         owner, _, case_id = case_key.partition("/")
-        for name in (f"{case_id}.{condition}.md", f"{case_id}.md"):
+        variant = self.variants.get(condition)
+        names = [f"{case_id}.{variant}.md"] if variant else [f"{case_id}.{condition}.md", f"{case_id}.md"]
+        for name in names:
             path = self.directory / owner / name
             if path.is_file():
                 return path
@@ -74,12 +91,15 @@ class Replay:
 
     def prepare(self, case_keys: list[str], conditions: list[str]) -> None:
         """Read every answer up front: a missing or broken one stops the run before it starts."""
+        unknown = sorted(set(self.variants) - set(conditions))
+        if unknown:
+            raise UsageError(f"replay:{self.model}: no condition {', '.join(unknown)} in this run ({', '.join(conditions)})")
         missing = []
         for key in case_keys:
             for condition in conditions:
                 path = self._path(key, condition)
                 if path is None:
-                    missing.append(key)
+                    missing.append((key, condition))
                     break
                 try:
                     self._answers[(key, condition)] = _parse(path)
@@ -87,8 +107,10 @@ class Replay:
                     raise UsageError(error.one_line()) from None
         if missing:
             more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
-            owner, _, case_id = missing[0].partition("/")
-            raise UsageError(f"replay:{self.directory}: no recorded answer {owner}/{case_id}.md for case {missing[0]}{more}")
+            key, condition = missing[0]
+            owner, _, case_id = key.partition("/")
+            name = f"{case_id}.{self.variants[condition]}.md" if condition in self.variants else f"{case_id}.md"
+            raise UsageError(f"replay:{self.directory}: no recorded answer {owner}/{name} for case {key} ({condition}){more}")
 
     async def complete(self, system: str, messages: list[dict], tools: list[Tool], situation: Situation, schema: dict | None = None) -> Reply:
         recorded = self._answers.get((situation.case_key, situation.condition))

@@ -1,12 +1,18 @@
 """The aggregate stage: grades -> the numbers of report.json (schema_version 2).
 
-Unit of analysis: a case. A record counts when it is graded through (every behaviour has a
-verdict) or ran out of turns (a failure); error, judge-error and ungraded records are left
-out of every rate, every mean and the routing figures, and counted in `coverage` (counted
-records over the records the run asked for) instead. A case's pass rate under a condition
-is over its counted trials. Uplift compares conditions case by case (paired), with a
-bootstrap interval over cases and an exact sign test on improved vs regressed cases
-(McNemar's exact test when there is one trial)."""
+Unit of analysis: a case. Pass rates and uplift are over content behaviours only (what the
+answer says); process behaviours (which skills were read) give activation figures for the
+conditions that offer a skill tool, and routing, never a pass rate: a condition that offers
+no skill could not pass them, so counting them would manufacture an uplift. A record counts
+when its content is graded through (every content behaviour has a verdict), ran out of
+turns or was cut off (failures); error, judge-error and ungraded records are left out of
+every rate and mean, and counted in `coverage` (counted records over the records the run
+asked for, for cases with a content behaviour) instead. A case's pass rate under a condition
+is over its counted trials; a condition's rate is the mean over cases, its Wilson interval
+counts each case once (trials of one case are not independent). Uplift compares conditions
+case by case (paired), with a bootstrap interval over cases, undefined for fewer than two
+cases or when every case differs by the same amount (a resample could not vary), and an
+exact sign test on improved vs regressed cases."""
 
 from __future__ import annotations
 
@@ -15,9 +21,9 @@ from statistics import fmean
 from typing import Any
 
 from .. import stats
-from ..grade import GRADED, JUDGE_ERROR, RECORD_ERROR, TURN_LIMIT, UNGRADED, RecordGrade
+from ..grade import GRADED, JUDGE_ERROR, PROCESS_ONLY, RECORD_ERROR, TRUNCATED, TURN_LIMIT, UNGRADED, RecordGrade
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 BASE = "baseline"
 NONE = "none"
 
@@ -61,6 +67,7 @@ def _cell(cell: list[RecordGrade], expected: int) -> dict[str, Any]:
         "pass_hat_k": {str(k): stats.pass_hat_k(n, c, k) for k in ks},
         "coverage": n / expected if expected else None,
         "ungraded": sum(1 for g in cell if g.status == UNGRADED),
+        "process_only": sum(1 for g in cell if g.status == PROCESS_ONLY),
         "errors": sum(1 for g in cell if g.status in (RECORD_ERROR, JUDGE_ERROR)),
         "missing": max(expected - len(cell), 0),
         "correct_rate": _mean([float(g.correct.verdict) for g in counted if g.correct and g.correct.verdict is not None]),
@@ -68,7 +75,7 @@ def _cell(cell: list[RecordGrade], expected: int) -> dict[str, Any]:
     }
 
 
-def case_table(grades: list[RecordGrade], conditions: list[str], case_keys: list[str], trials: int) -> list[dict]:
+def case_table(grades: list[RecordGrade], conditions: list[str], case_keys: list[str], trials: int, content_cases: set[str] | None = None) -> list[dict]:
     by_case: dict[str, dict[str, list[RecordGrade]]] = defaultdict(lambda: defaultdict(list))
     meta: dict[str, dict] = {}
     for key in case_keys:
@@ -79,9 +86,11 @@ def case_table(grades: list[RecordGrade], conditions: list[str], case_keys: list
         meta[g.case] = {"case": g.case, "owner": g.owner, "case_id": g.case_id, "expected_skill": g.expected_skill}
     rows = []
     for key in sorted(meta):
-        row = dict(meta[key], conditions={})
+        content = content_cases is None or key in content_cases
+        row = dict(meta[key], content=content, conditions={})
         for condition in conditions:
-            row["conditions"][condition] = _cell(by_case[key].get(condition, []), trials)
+            # a case with no content behaviour asks for no counted record
+            row["conditions"][condition] = _cell(by_case[key].get(condition, []), trials if content else 0)
         for condition in conditions:
             if condition == BASE:
                 continue
@@ -93,8 +102,26 @@ def case_table(grades: list[RecordGrade], conditions: list[str], case_keys: list
     return rows
 
 
+def _interval(diffs: list[float]) -> str | None:
+    """Why a bootstrap interval over these per-case differences would mean nothing."""
+    if len(diffs) < 2:
+        return f"{len(diffs)} case{'s' if len(diffs) != 1 else ''}: an interval needs at least two"
+    if len(set(diffs)) == 1:
+        return f"every case differs by {100 * diffs[0]:+.0f} pts: a resample cannot vary"
+    return None
+
+
+def _activation(cell: list[RecordGrade]) -> dict | None:
+    """Process behaviours where a skill tool was offered: did the agent read the skill."""
+    offered = [g for g in cell if g.routing is not None and g.process_passed is not None and g.status not in (RECORD_ERROR,)]
+    if not offered:
+        return None
+    passes = sum(1 for g in offered if g.process_passed)
+    return {"records": len(offered), "passes": passes, "rate": passes / len(offered)}
+
+
 def summarise(rows: list[dict], grades: list[RecordGrade], conditions: list[str], *, resamples: int, seed: int) -> dict:
-    out: dict = {"cases": len(rows), "conditions": {}, "uplift": {}}
+    out: dict = {"cases": len(rows), "content_cases": sum(1 for r in rows if r["content"]), "conditions": {}, "uplift": {}}
     chosen = {r["case"] for r in rows}
     for condition in conditions:
         cells = [r["conditions"][condition] for r in rows]
@@ -102,17 +129,21 @@ def summarise(rows: list[dict], grades: list[RecordGrade], conditions: list[str]
         pooled = [g for g in cell if g.counted]
         c = sum(1 for g in pooled if g.passed)
         expected = sum(x["expected"] for x in cells)
+        rates = [x["pass_rate"] for x in cells if x["pass_rate"] is not None]
         out["conditions"][condition] = {
-            "pass_rate": _mean([x["pass_rate"] for x in cells]),
+            "pass_rate": _mean(rates),
+            "cases_counted": len(rates),
             "records": len(pooled),
             "passes": c,
-            "wilson": list(stats.wilson_interval(c, len(pooled))) if pooled else None,
+            "wilson": list(w) if (w := stats.wilson_over_clusters(rates)) else None,
             "expected": expected,
             "coverage": len(pooled) / expected if expected else None,
             "ungraded": sum(x["ungraded"] for x in cells),
+            "process_only": sum(x["process_only"] for x in cells),
             "errors": sum(x["errors"] for x in cells),
             "missing": sum(x["missing"] for x in cells),
             "correct_rate": _mean([x["correct_rate"] for x in cells]),
+            "activation": _activation(cell),
             **_means(pooled, cell),
         }
     for condition in conditions:
@@ -122,11 +153,11 @@ def summarise(rows: list[dict], grades: list[RecordGrade], conditions: list[str]
         changes = [r["change"][condition] for r in rows if r["change"].get(condition)]
         improved, regressed = changes.count("improved"), changes.count("regressed")
         entry = {"cases": len(diffs), "improved": improved, "regressed": regressed, "unchanged": changes.count("unchanged"), "p_value": stats.sign_test(improved, regressed)}
-        if diffs:
-            mean, lo, hi = stats.paired_bootstrap(diffs, resamples=resamples, seed=seed)
-            entry.update(mean=mean, lo=lo, hi=hi)
-        else:
-            entry.update(mean=None, lo=None, hi=None)
+        entry["mean"] = (sum(diffs) / len(diffs)) if diffs else None
+        entry["undefined"] = _interval(diffs) if diffs else "no case counted under both conditions"
+        entry["lo"] = entry["hi"] = None
+        if entry["undefined"] is None:
+            _, entry["lo"], entry["hi"] = stats.paired_bootstrap(diffs, resamples=resamples, seed=seed)
         a, b = out["conditions"][condition]["cost_per_record"], out["conditions"][BASE]["cost_per_record"]
         # what one point of uplift costs per record, on top of the baseline
         entry["cost_per_point"] = (a - b) / (100 * entry["mean"]) if entry["mean"] and entry["mean"] > 0 and a is not None and b is not None else None
@@ -162,6 +193,8 @@ def behaviour_table(grades: list[RecordGrade], conditions: list[str]) -> list[di
             entry = cells.setdefault(
                 (g.case, b.index), {"case": g.case, "index": b.index, "text": b.text, "kind": b.kind, "source": set(), "results": defaultdict(list), "ungraded": 0, "unsupported": 0, "disagreements": 0}
             )
+            if b.kind == "process" and g.routing is None:
+                continue  # no skill tool offered: the behaviour could not happen here
             if b.verdict is not None:
                 entry["results"][g.condition].append(b.verdict)
                 entry["source"].add(b.source)
@@ -197,10 +230,11 @@ def _judge_figures(grades: list[RecordGrade]) -> dict:
     }
 
 
-def build(run_info: dict, grades: list[RecordGrade], *, skill_names: list[str], judge: dict | None, fingerprint_now: str | None, checks_cases: int, completeness: dict, needs_judge: list[dict] | None = None, resamples: int = 10000, seed: int = 0) -> dict:
+def build(run_info: dict, grades: list[RecordGrade], *, skill_names: list[str], judge: dict | None, fingerprint_now: str | None, checks_cases: int, completeness: dict, needs_judge: list[dict] | None = None,
+          content_cases: list[str] | None = None, bundle_changes: list[str] | None = None, judge_trust: dict | None = None, resamples: int = 10000, seed: int = 0) -> dict:
     conditions = list(run_info["conditions"])
     trials = int(run_info["trials"])
-    rows = case_table(grades, conditions, list(run_info.get("cases") or sorted({g.case for g in grades})), trials)
+    rows = case_table(grades, conditions, list(run_info.get("cases") or sorted({g.case for g in grades})), trials, None if content_cases is None else set(content_cases))
     groups = {}
     for owner in sorted({r["owner"] for r in rows}):
         groups[owner] = summarise([r for r in rows if r["owner"] == owner], grades, conditions, resamples=resamples, seed=seed)
@@ -223,7 +257,8 @@ def build(run_info: dict, grades: list[RecordGrade], *, skill_names: list[str], 
             "trials": trials,
             "records": len(grades),
             "bundle_fingerprint": run_info.get("bundle_fingerprint"),
-            "bundle_changed_since_run": fingerprint_now is not None and fingerprint_now != run_info.get("bundle_fingerprint"),
+            "bundle_changed_since_run": bool(bundle_changes) or (fingerprint_now is not None and fingerprint_now != run_info.get("bundle_fingerprint")),
+            "bundle_changes": bundle_changes or [],
         },
         "completeness": completeness,
         "grading": {
@@ -233,6 +268,7 @@ def build(run_info: dict, grades: list[RecordGrade], *, skill_names: list[str], 
             "behaviours": sum(len(g.behaviours) for g in grades),
             "behaviours_graded": sum(1 for g in grades for b in g.behaviours if b.verdict is not None),
             "judge_verdicts": _judge_figures(grades) if judge else None,
+            "judge_trust": judge_trust,
             "needs_judge": needs_judge or [],
             "bootstrap": {"resamples": resamples, "seed": seed, "confidence": 0.95},
         },
@@ -241,6 +277,9 @@ def build(run_info: dict, grades: list[RecordGrade], *, skill_names: list[str], 
             "judge_errors": sum(1 for g in grades if g.status == JUDGE_ERROR),
             "ungraded": sum(1 for g in grades if g.status == UNGRADED),
             "turn_limits": sum(1 for g in grades if g.status == TURN_LIMIT),
+            "truncated": sum(1 for g in grades if g.status == TRUNCATED),
+            "process_only": sum(1 for g in grades if g.status == PROCESS_ONLY),
+            "says_nothing": sum(1 for g in grades if g.says_nothing and g.counted),
             "counted": sum(1 for g in grades if g.counted),
             "graded": sum(1 for g in grades if g.status == GRADED),
             "by_kind": dict(errors),
@@ -251,7 +290,7 @@ def build(run_info: dict, grades: list[RecordGrade], *, skill_names: list[str], 
         "routing": routing(grades, skill_names),
         "behaviours": behaviours,
         "unsupported": [
-            {"key": g.key, "index": b.index, "text": b.text, "evidence": b.evidence}
+            {"key": g.key, "index": b.index, "text": b.text, "evidence": b.evidence, "problem": b.evidence_problem}
             for g in grades
             for b in g.behaviours
             if b.unsupported

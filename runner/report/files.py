@@ -4,15 +4,16 @@ in the run directory, and the CI gates."""
 from __future__ import annotations
 
 import json
+import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from ..core import write_atomic
-from ..grade import JUDGE_ERROR, RECORD_ERROR, TURN_LIMIT, UNGRADED, RecordGrade
+from ..grade import JUDGE_ERROR, PROCESS_ONLY, RECORD_ERROR, TRUNCATED, TURN_LIMIT, UNGRADED, RecordGrade
 from .aggregate import BASE
 
 DIMENSIONS = (
-    ("pass_rate", "pass rate (every verdict passes)", "rate"),
+    ("pass_rate", "pass rate (every content verdict passes)", "rate"),
     ("coverage", "coverage (records counted / asked for)", "rate"),
     ("behaviour_rate", "behaviours passed", "rate"),
     ("correct_rate", "correct vs ground truth (judge)", "rate"),
@@ -37,7 +38,8 @@ def _fmt(value, kind: str = "rate") -> str:
 def _uplift(entry: dict | None) -> str:
     if not entry or entry["mean"] is None:
         return "n/a"
-    return f"{100 * entry['mean']:+.0f} pts [{100 * entry['lo']:+.0f}, {100 * entry['hi']:+.0f}] (+{entry['improved']}/-{entry['regressed']}, p={entry['p_value']:.3g})"
+    interval = f"interval undefined: {entry['undefined']}" if entry["undefined"] else f"[{100 * entry['lo']:+.0f}, {100 * entry['hi']:+.0f}]"
+    return f"{100 * entry['mean']:+.0f} pts {interval} (+{entry['improved']}/-{entry['regressed']}, p={entry['p_value']:.3g})"
 
 
 def _group_table(summary: dict, conditions: list[str]) -> list[str]:
@@ -60,8 +62,12 @@ def _group_table(summary: dict, conditions: list[str]) -> list[str]:
                 diffs.append(f"{100 * (a - b):+.0f} pts" if kind == "rate" else f"{a - b:+.4f}" if kind == "usd" else f"{a - b:+,.0f}")
         lines.append("| " + " | ".join([label, *cells, *diffs]) + " |")
     wilson = [summary["conditions"][c]["wilson"] for c in conditions]
-    lines.append("| records passing, Wilson 95% | " + " | ".join(
-        f"{summary['conditions'][c]['passes']}/{summary['conditions'][c]['records']} [{100 * w[0]:.0f}, {100 * w[1]:.0f}]" if w else "n/a" for c, w in zip(conditions, wilson)
+    lines.append("| pass rate, Wilson 95% over cases | " + " | ".join(
+        f"{summary['conditions'][c]['cases_counted']} cases [{100 * w[0]:.0f}, {100 * w[1]:.0f}]" if w else f"{summary['conditions'][c]['cases_counted']} cases, undefined" for c, w in zip(conditions, wilson)
+    ) + " |" + " |" * len(uplifts))
+    lines.append("| records passing | " + " | ".join(f"{summary['conditions'][c]['passes']}/{summary['conditions'][c]['records']}" for c in conditions) + " |" + " |" * len(uplifts))
+    lines.append("| activation: process behaviours pass (skill tool offered) | " + " | ".join(
+        f"{a['passes']}/{a['records']} ({100 * a['rate']:.0f}%)" if (a := summary["conditions"][c]["activation"]) else "no skill tool" for c in conditions
     ) + " |" + " |" * len(uplifts))
     lines.append("| left out: ungraded / errors / missing | " + " | ".join(
         f"{summary['conditions'][c]['ungraded']} / {summary['conditions'][c]['errors']} / {summary['conditions'][c]['missing']}" for c in conditions
@@ -70,17 +76,24 @@ def _group_table(summary: dict, conditions: list[str]) -> list[str]:
 
 
 def banner(report: dict) -> list[str]:
-    """What every report says first: how complete the run and its grading are."""
+    """What every report says first: a bundle that changed since the run, how complete the
+    run and its grading are."""
     done, health = report["completeness"], report["health"]
     lines = []
+    changes = report["run"]["bundle_changes"]
+    if changes:
+        lines.append(f"graded with a bundle that changed since the run (--allow-changed-bundle): {'; '.join(changes[:5])}{' ...' if len(changes) > 5 else ''}")
     if not done["complete"]:
         state = ", an eval is still writing it" if done["in_progress"] else ""
         lines.append(f"incomplete: {done['finished']} of {done['expected']} records ({done['missing']} missing, {done['errors']} ended in an error{state})")
     left = [f"{health['ungraded']} ungraded", f"{health['record_errors']} that did not run", f"{health['judge_errors']} the judge could not grade"]
-    lines.append(f"{health['counted']} of {report['run']['records']} records count in the rates ({health['turn_limits']} ran out of turns and count as failures); left out of every rate and mean: {', '.join(left)}")
+    lines.append(
+        f"{health['counted']} of {report['run']['records']} records count in the rates ({health['turn_limits']} ran out of turns, {health['truncated']} were cut off by the output limit, "
+        f"{health['says_nothing']} said nothing: failures); left out of every rate and mean: {', '.join(left)}, {health['process_only']} of cases with no content behaviour (routing only)"
+    )
     judge = report["grading"]["judge_verdicts"]
     if judge and judge["unsupported"]:
-        lines.append(f"the judge's YES was unsupported (its quote is not in the answer) {judge['unsupported']} times of {judge['yes']} ({100 * judge['unsupported_rate']:.0f}%); those verdicts count for nothing")
+        lines.append(f"the judge's YES was unsupported (its quote is not in the answer, or shows nothing) {judge['unsupported']} times of {judge['yes']} ({100 * judge['unsupported_rate']:.0f}%); those verdicts count for nothing")
     return lines
 
 
@@ -89,7 +102,8 @@ def benchmark_md(report: dict) -> str:
     model = run["model"]
     judge = grading["judge"]
     lines = [f"# Benchmark: {model['provider']}:{model['model']}", ""]
-    lines += [f"> **{line[0].upper() + line[1:]}.**" if i == 0 and not report["completeness"]["complete"] else f"> {line}." for i, line in enumerate(banner(report))]
+    loud = (1 if report["run"]["bundle_changes"] else 0) + (0 if report["completeness"]["complete"] else 1)
+    lines += [f"> **{line[0].upper() + line[1:]}.**" if i < loud else f"> {line}." for i, line in enumerate(banner(report))]
     lines += [
         "",
         f"{run['records']} records: {len(report['cases'])} cases x {len(conditions)} conditions ({', '.join(conditions)}) x {run['trials']} trials. "
@@ -102,7 +116,9 @@ def benchmark_md(report: dict) -> str:
         lines += ["> **Warning:** the judge is the model under test; its verdicts may favour its own answers.", ""]
     if run["bundle_changed_since_run"]:
         lines += ["> **Warning:** the bundle changed since this run; grades use the current eval files.", ""]
-    lines += ["Uplift is in percentage points of case pass rate, with a paired bootstrap 95% interval over cases, cases improved/regressed, and an exact sign test. Cost per point of uplift is the extra cost per record over the baseline divided by the points gained.", ""]
+    lines += ["Pass rates and uplift count content behaviours only (what the answer says); reading a skill is reported as activation, where a skill tool was offered, and in routing. "
+              "Uplift is in percentage points of case pass rate, with a paired bootstrap 95% interval over cases (undefined for fewer than two cases or a constant difference), cases improved/regressed, and an exact sign test. "
+              "Cost per point of uplift is the extra cost per record over the baseline divided by the points gained.", ""]
     lines += ["## Overall", "", *_group_table(report["overall"], conditions), ""]
     for owner, summary in report["groups"].items():
         lines += [f"## {owner} ({summary['cases']} cases)", "", *_group_table(summary, conditions), ""]
@@ -138,7 +154,7 @@ def benchmark_md(report: dict) -> str:
         lines.append("")
     if report["unsupported"]:
         lines += ["## Unsupported judge verdicts", ""]
-        lines += [f"- `{u['key']}` #{u['index'] + 1}: {u['text']} (quote {u['evidence'][:80]!r} is not in the answer)" for u in report["unsupported"]]
+        lines += [f"- `{u['key']}` #{u['index'] + 1}: {u['text']} (quote {u['evidence'][:80]!r}: {u['problem']})" for u in report["unsupported"]]
         lines.append("")
     if report["disagreements"]:
         counts = ", ".join(f"{k} {v}" for k, v in sorted(report["disagreement_counts"].items()))
@@ -148,7 +164,18 @@ def benchmark_md(report: dict) -> str:
     return "\n".join(lines)
 
 
-def junit_xml(report: dict, grades: list[RecordGrade]) -> str:
+# Characters XML 1.0 cannot hold even as a reference: written as a visible \\xNN escape.
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ud800-\udfff\ufffe\uffff]")
+
+
+def _xml_safe(text: str) -> str:
+    return _NOT_XML.sub(lambda m: f"\\x{ord(m.group(0)):02x}" if ord(m.group(0)) < 0x100 else f"\\u{ord(m.group(0)):04x}", text)
+
+
+def junit_xml(report: dict, grades: list[RecordGrade], *, gated: bool = False) -> str:
+    """One test per case x condition. Ungraded trials are `skipped` for a look at the
+    numbers, but failures when a gate was given (`gated`): a CI reading JUnit must not pass
+    what nobody graded."""
     suites = ET.Element("testsuites", name="mbskills eval")
     done = report["completeness"]
     if not done["complete"]:
@@ -171,6 +198,10 @@ def junit_xml(report: dict, grades: list[RecordGrade]) -> str:
             broken = [g for g in trials if g.status in (RECORD_ERROR, JUDGE_ERROR)]
             failed = [g for g in trials if g.passed is False]
             ungraded = [g for g in trials if g.status == UNGRADED]
+            if all(g.status == PROCESS_ONLY for g in trials):
+                ET.SubElement(test, "skipped", message="no content behaviour: this case counts in routing and activation only")
+                skipped += 1
+                continue
             if broken:
                 errors += 1
                 ET.SubElement(test, "error", message=f"{len(broken)} of {len(trials)} trials not graded: " + "; ".join(f"{g.error['kind']}: {g.error['message']}" for g in broken)[:500])
@@ -178,28 +209,43 @@ def junit_xml(report: dict, grades: list[RecordGrade]) -> str:
                 failures += 1
                 detail = []
                 for g in failed:
-                    missed = ["ran out of turns without an answer"] if g.status == TURN_LIMIT else [f"#{b.index + 1} {b.text}" for b in g.behaviours if b.verdict is False]
+                    if g.status in (TURN_LIMIT, TRUNCATED):
+                        missed = ["ran out of turns without an answer" if g.status == TURN_LIMIT else "the output limit cut the answer off"]
+                    elif g.says_nothing:
+                        missed = [g.says_nothing]
+                    else:
+                        missed = [f"#{b.index + 1} {b.text}" for b in g.behaviours if b.verdict is False and b.kind != "process"]
                     if g.correct and g.correct.verdict is False:
                         missed.append("answer incorrect vs ground truth")
                     detail.append(f"trial {g.trial}: " + "; ".join(missed))
                 node = ET.SubElement(test, "failure", message=f"{len(failed)} of {len(trials)} trials failed")
                 node.text = "\n".join(detail)
             elif ungraded:
-                skipped += 1
                 open_items = sorted({f"#{b.index + 1}" for g in ungraded for b in g.ungraded})
-                ET.SubElement(test, "skipped", message=f"{len(ungraded)} of {len(trials)} trials ungraded (behaviours {', '.join(open_items) or 'correctness'} have no reliable verdict; a judge can settle them)")
+                message = f"{len(ungraded)} of {len(trials)} trials ungraded (behaviours {', '.join(open_items) or 'correctness'} have no reliable verdict; a judge can settle them)"
+                if gated:
+                    failures += 1
+                    ET.SubElement(test, "failure", message=f"not graded, and a gate was given: {message}")
+                else:
+                    skipped += 1
+                    ET.SubElement(test, "skipped", message=message)
         suite.set("failures", str(failures))
         suite.set("errors", str(errors))
         suite.set("skipped", str(skipped))
     ET.indent(suites)
-    return ET.tostring(suites, encoding="unicode", xml_declaration=True) + "\n"
+    return _xml_safe(ET.tostring(suites, encoding="unicode", xml_declaration=True)) + "\n"
 
 
-def gates(report: dict, *, fail_under_uplift: float | None, fail_under_pass: float | None, fail_on_regression: bool, min_coverage: float | None = None, condition: str = "skills") -> list[str]:
+def gates(report: dict, *, fail_under_uplift: float | None, fail_under_pass: float | None, fail_on_regression: bool, min_coverage: float | None = None, min_cases: int = 0, condition: str = "skills") -> list[str]:
     """The gate failures, each one line; empty when every gate holds. `min_coverage` holds
-    for every condition of the run: a rate over too few counted records proves nothing."""
+    for every condition of the run: a rate over too few counted records proves nothing; a
+    rate or uplift over fewer than `min_cases` cases is `underpowered`; an uplift whose
+    interval is undefined fails; verdicts of a judge nobody calibrated decide no gate."""
     failed = []
     overall = report["overall"]
+    trust = report["grading"]["judge_trust"]
+    if report["grading"]["judge"] and (fail_under_uplift is not None or fail_under_pass is not None or fail_on_regression) and not (trust and trust["ok"]):
+        failed.append(trust["line"] if trust else "the judge has no calibration for this bundle; run `mbskills calibrate --judge MODEL --out FILE` and pass --calibration FILE")
     if min_coverage is not None:
         for name, cell in overall["conditions"].items():
             coverage = cell["coverage"]
@@ -210,12 +256,18 @@ def gates(report: dict, *, fail_under_uplift: float | None, fail_under_pass: flo
         uplift = overall["uplift"].get(condition)
         if not uplift or uplift["mean"] is None:
             failed.append(f"--fail-under-uplift: no {condition} vs baseline uplift in this run")
+        elif uplift["cases"] < min_cases:
+            failed.append(f"underpowered: uplift {condition} - baseline over {uplift['cases']} cases < --min-cases {min_cases}")
+        elif uplift["undefined"]:
+            failed.append(f"uplift {condition} - baseline {uplift['mean']:+.3f} has no interval ({uplift['undefined']}), so it is no evidence of an uplift")
         elif uplift["mean"] < fail_under_uplift:
             failed.append(f"uplift {condition} - baseline {uplift['mean']:+.3f} < {fail_under_uplift:+.3f}")
     if fail_under_pass is not None:
         cell = overall["conditions"].get(condition)
         rate = cell["pass_rate"] if cell else None
-        if rate is None or rate < fail_under_pass:
+        if cell and rate is not None and cell["cases_counted"] < min_cases:
+            failed.append(f"underpowered: pass rate under {condition} over {cell['cases_counted']} cases < --min-cases {min_cases}")
+        elif rate is None or rate < fail_under_pass:
             failed.append(f"pass rate under {condition} {'n/a' if rate is None else f'{rate:.3f}'} < {fail_under_pass:.3f}")
     if fail_on_regression:
         regressed = [r["case"] for r in report["cases"] if (r.get("change") or {}).get(condition) == "regressed"]
@@ -226,7 +278,7 @@ def gates(report: dict, *, fail_under_uplift: float | None, fail_under_pass: flo
     return failed
 
 
-def write_all(out: Path, report: dict, grades: list[RecordGrade]) -> list[Path]:
+def write_all(out: Path, report: dict, grades: list[RecordGrade], *, gated: bool = False) -> list[Path]:
     from .html import render
 
     paths = {
@@ -234,7 +286,7 @@ def write_all(out: Path, report: dict, grades: list[RecordGrade]) -> list[Path]:
         "report.json": json.dumps(report, indent=2) + "\n",
         "BENCHMARK.md": benchmark_md(report),
         "report.html": render(report),
-        "junit.xml": junit_xml(report, grades),
+        "junit.xml": junit_xml(report, grades, gated=gated),
     }
     written = []
     for name, text in paths.items():

@@ -32,7 +32,9 @@ def uplift_rows(report: dict) -> list[dict]:
         for condition, entry in summary["uplift"].items():
             if entry["mean"] is None:
                 continue
-            rows.append({"name": name, "condition": condition, "entry": entry, "x": _x(entry["mean"]), "lo": _x(entry["lo"]), "hi": _x(entry["hi"]), "zero": _x(0.0)})
+            # an undefined interval is drawn as the point alone, and says why in its label
+            lo, hi = (entry["lo"], entry["hi"]) if entry["undefined"] is None else (entry["mean"], entry["mean"])
+            rows.append({"name": name, "condition": condition, "entry": entry, "x": _x(entry["mean"]), "lo": _x(lo), "hi": _x(hi), "zero": _x(0.0)})
     return rows
 
 

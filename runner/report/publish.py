@@ -20,6 +20,7 @@ class Gates:
     fail_under_pass: float | None = None
     fail_on_regression: bool = False
     min_coverage: float | None = None
+    min_cases: int = defaults.MIN_CASES
 
     def __post_init__(self) -> None:
         for option, value, low, high, hint in (
@@ -29,6 +30,8 @@ class Gates:
         ):
             if value is not None and not low <= value <= high:  # NaN fails this too
                 raise UsageError(f"{option} {value}: must be between {low:g} and {high:g} ({hint})")
+        if self.min_cases < 1:
+            raise UsageError(f"--min-cases {self.min_cases}: must be at least 1")
 
     @property
     def given(self) -> bool:
@@ -58,7 +61,8 @@ def _summary(report: dict, records: int) -> str:
         parts.append(f"{condition} {shown}" + ("" if coverage == 1 else f" (coverage {'n/a' if coverage is None else f'{100 * coverage:.0f}%'})"))
     for condition, entry in overall["uplift"].items():
         if entry["mean"] is not None:
-            parts.append(f"uplift {condition} {100 * entry['mean']:+.0f} pts [{100 * entry['lo']:+.0f}, {100 * entry['hi']:+.0f}]")
+            interval = "interval undefined" if entry["undefined"] else f"[{100 * entry['lo']:+.0f}, {100 * entry['hi']:+.0f}]"
+            parts.append(f"content uplift {condition} {100 * entry['mean']:+.0f} pts {interval}")
     return f"graded {records} records: " + ", ".join(parts)
 
 
@@ -83,10 +87,13 @@ def publish(graded: GradedRun, gate: Gates = Gates(), *, resamples: int = defaul
         checks_cases=graded.checks_cases,
         completeness=graded.status.to_dict(),
         needs_judge=graded.needs_judge,
+        content_cases=graded.content_cases,
+        bundle_changes=graded.bundle_changes,
+        judge_trust=graded.judge_trust.to_dict() if graded.judge_trust else None,
         resamples=resamples,
         seed=seed,
     )
-    paths = write_all(graded.path, report, graded.grades)
+    paths = write_all(graded.path, report, graded.grades, gated=gate.given)
     harness = None if allow_incomplete else _harness(report)
-    failed = [] if harness else gates(report, fail_under_uplift=gate.fail_under_uplift, fail_under_pass=gate.fail_under_pass, fail_on_regression=gate.fail_on_regression, min_coverage=gate.coverage_floor)
+    failed = [] if harness else gates(report, fail_under_uplift=gate.fail_under_uplift, fail_under_pass=gate.fail_under_pass, fail_on_regression=gate.fail_on_regression, min_coverage=gate.coverage_floor, min_cases=gate.min_cases)
     return Published(report, paths, _summary(report, len(graded.grades)), banner(report), harness, failed)

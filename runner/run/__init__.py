@@ -4,15 +4,17 @@ directory; and read run directories back (`show`, grading)."""
 
 from .evaluate import EvalRequest, run_eval
 from .plan import CONDITIONS, Summary
-from .rundir import RunStatus, load_run, read_records, record_key, run_status
+from .rundir import TRUNCATION_STOPS, RunStatus, load_run, planned_keys, read_records, record_key, run_status
 from .show import records_json, records_table, select_records, transcript
 
 __all__ = [
     "CONDITIONS",
+    "TRUNCATION_STOPS",
     "EvalRequest",
     "RunStatus",
     "Summary",
     "load_run",
+    "planned_keys",
     "read_records",
     "records_json",
     "records_table",

@@ -1,7 +1,8 @@
 """One record: a case under one condition and trial, run as an agent loop.
 
 The model answers, or calls skill tools and is asked again, up to `max_turns` requests;
-a record that runs out of turns without an answer has status `turn_limit`, never `ok`.
+a record that runs out of turns without an answer has status `turn_limit`, and one whose
+last reply the output limit cut off has status `truncated`; neither is ever `ok`.
 Every request goes through the response cache first. A case's files reach the model under
 every condition, attached to the user message."""
 
@@ -14,7 +15,7 @@ from datetime import datetime, timezone
 from ..load import Case, Skill, case_files
 from ..providers import Price, Provider, ProviderError, Situation, Usage, request_key
 from .conditions import setup
-from .rundir import ERROR, OK, TURN_LIMIT, record_key
+from .rundir import ERROR, OK, TRUNCATED, TRUNCATION_STOPS, TURN_LIMIT, record_key
 from .skill_tools import SkillTools
 
 RECORD_FORMAT = 1
@@ -83,7 +84,8 @@ async def run_job(job: Job, provider: Provider, cache, skills: list[Skill], *, m
             turns.append({"cached": cached, "latency_s": round(time.perf_counter() - request_clock, 4), "usage": reply.usage.to_dict(), "stop_reason": reply.stop_reason})
             messages.append(reply.as_message())
             if not reply.tool_calls:
-                finish, answer = "answered", reply.text
+                # a reply the output limit cut off is not a whole answer, however it reads
+                finish, answer = ("truncated" if reply.stop_reason in TRUNCATION_STOPS else "answered"), reply.text
                 break
             for call in reply.tool_calls:
                 content, is_error = tools.run(call)
@@ -92,7 +94,7 @@ async def run_job(job: Job, provider: Provider, cache, skills: list[Skill], *, m
         if failure.fatal:
             raise
         finish, error = ERROR, {"kind": failure.kind, "message": str(failure), "status": failure.status}
-    status = ERROR if error else OK if finish == "answered" else TURN_LIMIT
+    status = ERROR if error else OK if finish == "answered" else TRUNCATED if finish == "truncated" else TURN_LIMIT
     return {
         "format": RECORD_FORMAT,
         "key": job.key,

@@ -8,11 +8,11 @@ from dataclasses import dataclass, field
 
 from .. import __version__
 from ..core import UsageError, defaults
-from ..load import Bundle, Case, Skill, fingerprint, load_skill
+from ..load import Bundle, Case, Skill, bundle_files, fingerprint, load_skill
 from ..providers import Price, Provider, ProviderError
 from .agent import Job, run_job
 from .conditions import CONDITIONS
-from .rundir import ERROR, TURN_LIMIT, RunDir
+from .rundir import ERROR, TRUNCATED, TURN_LIMIT, RunDir
 
 # When the first records to finish all failed with the same client-side error (a 4xx
 # other than 429, a refused connection, a body that is not the API's JSON), the rest would
@@ -21,7 +21,8 @@ EARLY_RECORDS = 3
 CLIENT_KINDS = ("bad_request", "connection", "protocol", "not_json")
 
 # What makes a run directory belong to a command: changing one of these needs a new --out.
-IDENTITY_FIELDS = ("model", "max_turns", "bundle_fingerprint")
+# The plan (cases x conditions x trials) is part of it: a run's rates count its records.
+IDENTITY_FIELDS = ("model", "max_turns", "bundle_fingerprint", "cases", "conditions", "trials")
 
 
 @dataclass
@@ -37,6 +38,7 @@ class Summary:
     live_cost_usd: float | None = 0.0
     error_kinds: dict[str, int] = field(default_factory=dict)
     turn_limits: int = 0  # records that ran out of turns without an answer
+    truncated: int = 0  # records whose answer the output limit cut off
     unknown_usage: int = 0  # records with a reply that carried no token counts
 
     def add(self, record: dict) -> None:
@@ -49,6 +51,8 @@ class Summary:
             self.unknown_usage += 1
         if record["status"] == TURN_LIMIT:
             self.turn_limits += 1
+        if record["status"] == TRUNCATED:
+            self.truncated += 1
         if record["live_cost_usd"] is None:
             self.live_cost_usd = None
         elif self.live_cost_usd is not None:
@@ -69,7 +73,7 @@ class Summary:
             if self.unknown_usage:
                 tokens += f" ({self.unknown_usage} records had a reply without usage: their tokens are unknown)"
         return (
-            f"{self.total} records in {out}: {self.written} written now, {self.skipped} already there, {self.errors} errors{errors}, {self.turn_limits} out of turns"
+            f"{self.total} records in {out}: {self.written} written now, {self.skipped} already there, {self.errors} errors{errors}, {self.turn_limits} out of turns, {self.truncated} cut off by the output limit"
             f"; {self.requests} requests, {self.cached_responses} from cache; {tokens}; cost of this invocation {cost}"
         )
 
@@ -98,13 +102,15 @@ class Plan:
 
 
 def run_info(plan: Plan, provider: Provider, skills: list[Skill]) -> dict:
+    files = bundle_files(plan.bundle.root, skills, plan.cases)
     return {
         "format": 1,
         "mbskills": __version__,
         "model": provider.identity(),
         "max_turns": plan.max_turns,
         "bundle": str(plan.bundle.root),
-        "bundle_fingerprint": fingerprint(skills, plan.cases),
+        "bundle_fingerprint": fingerprint(files),
+        "bundle_files": files,  # grade names what changed since
         "conditions": plan.conditions,
         "trials": plan.trials,
         "cases": [c.key for c in plan.cases],

@@ -17,17 +17,20 @@ from pathlib import Path
 from ..core import UsageError, write_atomic
 
 RUN_FILE, RECORDS_FILE, LOCK_FILE = "run.json", "records.jsonl", ".lock"
-# A record's status: answered, failed for good (runs again on resume), or out of turns.
-OK, ERROR, TURN_LIMIT = "ok", "error", "turn_limit"
-FINISHED = (OK, TURN_LIMIT)  # records a rerun keeps
+# A record's status: answered, failed for good (runs again on resume), out of turns, or
+# cut off by the output limit (the model's own outcome: kept, and graded as a failure).
+OK, ERROR, TURN_LIMIT, TRUNCATED = "ok", "error", "turn_limit", "truncated"
+FINISHED = (OK, TURN_LIMIT, TRUNCATED)  # records a rerun keeps
+# Stop reasons that mean the output limit cut the reply: Chat Completions, Messages, Responses.
+TRUNCATION_STOPS = frozenset({"length", "max_tokens", "max_output_tokens"})
 
 
 def record_key(case_key: str, condition: str, trial: int) -> str:
     return f"{case_key}#{condition}#{trial}"
 
 
-def read_records(path: Path) -> tuple[list[dict], bool]:
-    """Records of a records.jsonl, and whether a cut-off last line was left out."""
+def read_numbered(path: Path) -> tuple[list[tuple[int, dict]], bool]:
+    """(line number, record) of a records.jsonl, and whether a cut-off last line was left out."""
     if not path.exists():
         return [], False
     records, raw = [], path.read_bytes()
@@ -48,8 +51,14 @@ def read_records(path: Path) -> tuple[list[dict], bool]:
             raise UsageError(f"{path}:{number}: not a run record (damaged file); move it away to start over") from None
         if last:
             truncated = True  # complete JSON but no newline: keep it, rewrite the file
-        records.append(record)
+        records.append((number, record))
     return records, truncated
+
+
+def read_records(path: Path) -> tuple[list[dict], bool]:
+    """Records of a records.jsonl, and whether a cut-off last line was left out."""
+    numbered, truncated = read_numbered(path)
+    return [record for _, record in numbered], truncated
 
 
 class RunDir:
@@ -173,22 +182,66 @@ def _locked(path: Path) -> bool:
 
 
 def run_status(path: Path, info: dict, records: list[dict]) -> RunStatus:
-    expected = {record_key(case, condition, trial) for case in info.get("cases", ()) for condition in info.get("conditions", ()) for trial in range(int(info.get("trials", 1)))}
+    expected = planned_keys(info)
     by_key = {r["key"]: r for r in records}
     finished = sum(1 for key in expected if by_key.get(key, {}).get("status") in FINISHED)
     errors = sum(1 for key in expected if by_key.get(key, {}).get("status") == ERROR)
     return RunStatus(len(expected), finished, errors, len(expected) - finished - errors, _locked(path), info.get("command"))
 
 
+def planned_keys(info: dict) -> set[str]:
+    """The record keys run.json asks for: its cases x conditions x trials."""
+    return {record_key(case, condition, trial) for case in info["cases"] for condition in info["conditions"] for trial in range(info["trials"])}
+
+
+def _check_info(run_file: Path, info: object) -> dict:
+    if not isinstance(info, dict):
+        raise UsageError(f"{run_file}:1: not a run description (a JSON object)")
+    for field, ok, want in (
+        ("cases", lambda v: isinstance(v, list) and all(isinstance(c, str) for c in v), "a list of case keys"),
+        ("conditions", lambda v: isinstance(v, list) and v and all(isinstance(c, str) for c in v), "a list of conditions"),
+        ("trials", lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1, "a whole number of at least 1"),
+        ("model", lambda v: isinstance(v, dict) and isinstance(v.get("provider"), str) and isinstance(v.get("model"), str), "the model's identity"),
+    ):
+        if not ok(info.get(field)):
+            raise UsageError(f"{run_file}: field {field!r} must be {want}, got {json.dumps(info.get(field))[:60]}")
+    return info
+
+
+def _check_plan(path: Path, info: dict, numbered: list[tuple[int, dict]]) -> None:
+    """Every record belongs to the plan once, under the run's model: a run directory is one
+    run, so that a rate counts the records it asked for and nothing else."""
+    planned, first = planned_keys(info), {}
+    records_file = path / RECORDS_FILE
+    model = info["model"]
+    for number, record in numbered:
+        key = record["key"]
+        where = f"{records_file}:{number}"
+        if key in first:
+            raise UsageError(f"{where}: record {key} appears again (first on line {first[key]}); a run holds each record once, so rerun `mbskills eval` into a new --out")
+        first[key] = number
+        if key not in planned:
+            raise UsageError(f"{where}: record {key} is outside this run's plan ({len(info['cases'])} cases x {', '.join(info['conditions'])} x {info['trials']} trials in run.json); rerun `mbskills eval` into a new --out")
+        fields = (record.get("case"), record.get("condition"), record.get("trial"))
+        if not isinstance(fields[2], int) or record_key(*fields) != key:
+            raise UsageError(f"{where}: record {key} says case {fields[0]!r}, condition {fields[1]!r}, trial {fields[2]!r}, which is another record")
+        theirs = record.get("model")
+        if theirs != model:  # the whole identity: provider, API, URL, model and settings
+            shown = f"{theirs.get('provider')}:{theirs.get('model')}" if isinstance(theirs, dict) else "no model"
+            raise UsageError(f"{where}: record {key} was written by {shown}, this run is {model['provider']}:{model['model']}; rerun `mbskills eval` into a new --out")
+
+
 def load_run(path: Path) -> tuple[dict, list[dict]]:
-    """run.json and the records of a run directory, for `show` and grading."""
+    """run.json and the records of a run directory, for `show` and grading; a record twice,
+    outside the plan or from another model is unusable input, one line naming it."""
     run_file = path / RUN_FILE
     if not run_file.is_file():
         raise UsageError(f"{path}: not a run directory (no {RUN_FILE})")
     try:
-        info = json.loads(run_file.read_text())
-    except ValueError:
+        info = json.loads(run_file.read_text(encoding="utf-8-sig"))
+    except (ValueError, UnicodeDecodeError):
         raise UsageError(f"{run_file}:1: not JSON") from None
-    records, _ = read_records(path / RECORDS_FILE)
-    return info, records
-
+    info = _check_info(run_file, info)
+    numbered, _ = read_numbered(path / RECORDS_FILE)
+    _check_plan(path, info, numbered)
+    return info, [record for _, record in numbered]

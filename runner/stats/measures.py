@@ -13,6 +13,7 @@ from statistics import NormalDist
 
 __all__ = [
     "wilson_interval",
+    "wilson_over_clusters",
     "pass_at_k",
     "pass_hat_k",
     "paired_bootstrap",
@@ -38,12 +39,28 @@ def wilson_interval(successes: int, n: int, confidence: float = 0.95) -> tuple[f
         raise ValueError(f"successes must be in [0, {n}], got {successes}")
     if n == 0:
         return (0.0, 1.0)
+    return _wilson(successes, n, confidence)
+
+
+def wilson_over_clusters(rates: Sequence[float], confidence: float = 0.95) -> tuple[float, float] | None:
+    """Wilson interval for a pass rate when the samples come in clusters (the trials of one
+    case are not independent): each cluster counts once, with its own pass rate, so n is the
+    number of clusters, not of trials. None for fewer than two clusters."""
+    values = [float(r) for r in rates]
+    if any(not 0.0 <= r <= 1.0 for r in values):
+        raise ValueError(f"rates must be in [0, 1], got {values}")
+    if len(values) < 2:
+        return None
+    return _wilson(math.fsum(values), len(values), confidence)
+
+
+def _wilson(successes: float, n: int, confidence: float) -> tuple[float, float]:
+    _check_confidence(confidence)
     z = NormalDist().inv_cdf(0.5 + confidence / 2)
     z2 = z * z
     total = n + z2
     center = (successes + z2 / 2) / total
-    half = z * math.sqrt(successes * (n - successes) / n + z2 / 4) / total
-    # At k == 0 (k == n) the lower (upper) bound is exactly 0 (1); avoid float noise there.
+    half = z * math.sqrt(max(successes * (n - successes) / n, 0.0) + z2 / 4) / total
     lower = 0.0 if successes == 0 else max(0.0, center - half)
     upper = 1.0 if successes == n else min(1.0, center + half)
     return (lower, upper)

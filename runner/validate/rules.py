@@ -12,6 +12,8 @@ RULES: dict[str, str] = {
     "checks/unknown-case": "a checks sidecar names a case id its evals file does not have",
     "checks/unknown-behaviour": "a checks sidecar names a behaviour its case does not have (texts must match exactly)",
     "checks/regex": "a checks sidecar pattern is not a valid Python regex",
+    "checks/empty-match": "a checks sidecar pattern matches the empty string, so it is found in every answer",
+    "checks/anchored-forbidden": "a must_not pattern is anchored to a line's start or end, so prose and list items escape it",
     "calibration/labels": "a labelled answer in evals/calibration/ or evals/heldout/ lacks or misnames its 'fails' and 'correct' labels",
     "bundle/card-missing": "the bundle has no card.yaml",
     "bundle/schema": "the bundle card breaks runner/core/schemas/bundle-card.schema.json",
