@@ -145,18 +145,33 @@ ensure_gateway_venv() {
 
 run_evals() {
     local model="${MBSKILLS_MODEL:-}" out
+    local judge=()
+    # A judge only where one is configured; offline, transcripts and regex checks grade.
+    [ -n "${MBSKILLS_JUDGE:-}" ] && judge=(--judge "$MBSKILLS_JUDGE")
     if [ -z "$model" ]; then
-        # Offline: recorded answers, so that a new clone shows a complete run at once.
-        model="replay:$ROOT/evals/calibration"
+        # Offline, from the recorded answers. First the invariant: the same answers under
+        # every condition give a content uplift of exactly 0, and no uplift gate passes on it.
+        out="$ROOT/out/eval-identical"
+        rm -rf "$out"
+        "$VENV/bin/mbskills" eval --model "replay:$ROOT/evals/calibration" --conditions baseline,skills,inline --out "$out" --progress plain 2>/dev/null
+        local code=0
+        "$VENV/bin/mbskills" grade "$out" --fail-under-uplift 0 --min-coverage 0 --min-cases 1 2>"$out/grade.log" || code=$?
+        if [ "$code" != 1 ] || ! grep -q "content uplift skills +0 pts interval undefined" "$out/grade.log"; then
+            cat "$out/grade.log" >&2
+            say "invariant broken: identical answers under every condition must give content uplift 0 and fail the uplift gate (grade exited $code)"
+            exit 1
+        fi
+        say "invariant holds: identical answers under every condition -> $(grep -o 'content uplift skills +0 pts interval undefined' "$out/grade.log"); grade --fail-under-uplift 0 exits 1"
+        # Then a real difference in content: the known-bad recorded answers under baseline,
+        # the known-good ones under skills and inline (a demonstration of the grading on
+        # labelled answers, not a model's uplift).
+        model="replay:$ROOT/evals/calibration?baseline=bad-1"
         out="$ROOT/out/eval-replay"
         rm -rf "$out"
     else
         out="$ROOT/out/eval-$(printf '%s' "$model" | tr -c 'A-Za-z0-9._-' '_')"
     fi
     "$VENV/bin/mbskills" eval --model "$model" --conditions baseline,skills,inline --out "$out" --progress plain
-    # A judge only where one is configured; offline, transcripts and regex checks grade.
-    local judge=()
-    [ -n "${MBSKILLS_JUDGE:-}" ] && judge=(--judge "$MBSKILLS_JUDGE")
     "$VENV/bin/mbskills" grade "$out" "${judge[@]}"
     "$VENV/bin/mbskills" calibrate "${judge[@]}"
     say "reports: $out/BENCHMARK.md, $out/report.html, $out/report.json, $out/junit.xml"

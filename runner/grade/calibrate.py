@@ -134,7 +134,7 @@ def calibration_lines(result: dict) -> list[str]:
         lines.append(_agreement("checks", entry["checks"]))
         for kind, figures in entry["check_kinds"].items():
             if figures["items"]:
-                role = "decides" if figures["decides"] else "weak: judge or ungraded"
+                role = "decides" if figures["decides"] else "passes only beside a presence in the same answer" if kind == CLEAR else "weak: judge or ungraded"
                 lines.append(f"    {kind:<10} {figures['items']:>4} items, right {figures['right']:>4} ({100 * figures['precision']:5.1f}%)  {role}")
         lines.append(_agreement("policy, checks only", entry["policy_checks_only"]))
         if entry["judge"]:
