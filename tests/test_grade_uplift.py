@@ -320,6 +320,8 @@ def test_grading_with_a_changed_bundle_exits_2_naming_what_changed(tmp_path, cap
     assert report["run"]["bundle_changed_since_run"] and named in report["run"]["bundle_changes"]
     assert (run / "BENCHMARK.md").read_text().splitlines()[2].startswith("> **Graded with a bundle that changed since the run")
     assert 'id="changed"' in (run / "report.html").read_text()
+    first = ET.fromstring((run / "junit.xml").read_text())[0]
+    assert first.get("name") == "bundle" and named in first.find("testcase/skipped").get("message")
 
 
 # -- 5. small samples ---------------------------------------------------------------------------
@@ -421,3 +423,19 @@ def test_junit_is_well_formed_with_control_characters_and_fails_ungraded_records
     failures = [t for t in root.iter("testcase") if t.find("failure") is not None]
     assert any("not graded, and a gate was given" in t.find("failure").get("message") for t in failures)
     assert not any(t.find("skipped") is not None and "ungraded" in t.find("skipped").get("message") for t in root.iter("testcase"))
+
+
+def test_no_labelled_answer_that_says_something_is_taken_for_one_that_says_nothing():
+    # every answer in the three labelled sets says something (the bad ones say wrong things):
+    # the "says nothing" rule must not fail any of them by construction
+    from runner.grade.checks import says_nothing
+    from runner.load import DEV, HELD_OUT, TRAINING, load_labelled
+
+    cases = bundle_cases(Bundle(REPO))
+    answers = [entry for folder in (HELD_OUT, DEV, TRAINING) for entry in load_labelled(REPO / "evals" / folder, cases)]
+    assert len(answers) > 500
+    assert [str(e.path) for e in answers if says_nothing(e.answer)] == []
+    for nothing in ("", "   ", "**", "...", "I do not know.", "I don't know", "Sorry, I am not sure.", "N/A", "ok"):
+        assert says_nothing(nothing), nothing
+    for something in ("Set `cfg.ddp.use_megatron_fsdp = True`.", "fsdp_dtensor", "Use the optim_grads_params strategy.", "No: validate() accepts it and _ddp_wrap fails later."):
+        assert says_nothing(something) is None, something

@@ -300,3 +300,14 @@ def test_confusion_matrix_unknown_label(pair):
 def test_precision_recall_unknown_label():
     with pytest.raises(ValueError, match="maybe"):
         precision_recall(confusion_matrix(PAIRS, LABELS), "maybe")
+
+
+def test_wilson_over_clusters_counts_each_cluster_once():
+    # 0/1 rates are one trial per case: exactly the ordinary Wilson interval over cases
+    assert stats.wilson_over_clusters([1, 1, 0, 1, 0]) == pytest.approx(stats.wilson_interval(3, 5))
+    # a case at 0.5 over many trials weighs as one case, so the interval stays as wide as n cases allow
+    wide = stats.wilson_over_clusters([0.5, 0.5, 1.0, 0.0])
+    assert wide == pytest.approx(stats._wilson(2.0, 4, 0.95)) and wide[1] - wide[0] > stats.wilson_interval(40, 80)[1] - stats.wilson_interval(40, 80)[0]
+    assert stats.wilson_over_clusters([1.0]) is None and stats.wilson_over_clusters([]) is None
+    with pytest.raises(ValueError):
+        stats.wilson_over_clusters([1.5, 0.0])
