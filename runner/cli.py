@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from . import __version__
-from .core import EXIT_FINDINGS, EXIT_HARNESS, EXIT_OK, EXIT_USAGE, MbskillsError, UsageError, defaults, write_atomic
+from .core import EXIT_FINDINGS, EXIT_HARNESS, EXIT_OK, EXIT_USAGE, MbskillsError, UsageError, defaults, redact_standard_streams, register_secret, write_atomic
 
 
 def say(line: str) -> None:
@@ -139,7 +139,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         api=args.api,
         base_url=args.base_url,
         settings=Settings(args.temperature, args.max_tokens, args.reasoning_effort, args.seed),
-        transport=Transport(args.timeout, args.max_retries, args.rate_limit_rounds),
+        transport=Transport(args.timeout, args.max_retries, args.rate_limit_rounds, args.rate_limit_deadline),
         cache=args.cache,
         no_cache=args.no_cache,
         pricing=Path(args.pricing) if args.pricing else None,
@@ -255,6 +255,40 @@ def _fraction(text: str) -> float:
     return value
 
 
+def _at_least(low: int):
+    """An int option that must be at least `low`: checked before any work."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"{value} is under {low}")
+        return value
+
+    parse.__name__ = "int"
+    return parse
+
+
+def _finite(positive: bool):
+    """A float option that must be finite (and above 0 where `positive`)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if value != value or value in (float("inf"), float("-inf")):
+            raise argparse.ArgumentTypeError(f"{text} is not a finite number")
+        if positive and value <= 0:
+            raise argparse.ArgumentTypeError(f"{text} must be above 0")
+        return value
+
+    parse.__name__ = "float"
+    return parse
+
+
 def _parent(build) -> argparse.ArgumentParser:
     """Options shared by several commands, declared once."""
     parent = _Parser(add_help=False)
@@ -275,8 +309,8 @@ def _bundle_option(p: argparse.ArgumentParser) -> None:
 
 
 def _transport_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--timeout", type=float, default=defaults.TIMEOUT_S, help="seconds per request (default: %(default)s)")
-    p.add_argument("--max-retries", type=int, default=defaults.MAX_RETRIES, help="the SDK's own retries per request (default: %(default)s)")
+    p.add_argument("--timeout", type=_finite(True), default=defaults.TIMEOUT_S, help="seconds per request (default: %(default)s)")
+    p.add_argument("--max-retries", type=_at_least(0), default=defaults.MAX_RETRIES, help="the SDK's own retries per request (default: %(default)s)")
     p.add_argument("--cache", help="response cache file (default: $MBSKILLS_CACHE or ~/.cache/mbskills/responses.sqlite)")
     p.add_argument("--no-cache", action="store_true", help="neither read nor write the response cache")
 
@@ -286,8 +320,8 @@ def _judge_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--judge-api", choices=("chat", "responses"), help="OpenAI API for the judge")
     p.add_argument("--judge-base-url", help="an OpenAI-compatible server or proxy for the judge")
     p.add_argument("--judge-temperature", default=defaults.JUDGE_TEMPERATURE, help="judge temperature (default: %(default)s; 'omit' for models that refuse one)")
-    p.add_argument("--judge-max-tokens", type=int, default=defaults.JUDGE_MAX_TOKENS, help="judge output token limit (default: %(default)s)")
-    p.add_argument("-j", "--jobs", type=int, default=defaults.JOBS, help="judge requests in flight (default: %(default)s)")
+    p.add_argument("--judge-max-tokens", type=_at_least(1), default=defaults.JUDGE_MAX_TOKENS, help="judge output token limit (default: %(default)s)")
+    p.add_argument("-j", "--jobs", type=_at_least(1), default=defaults.JOBS, help="judge requests in flight (default: %(default)s)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -338,7 +372,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--releases", default=defaults.DRIFT_RELEASES, help="comma-separated megatron-bridge releases; the pinned one always runs first (default: %(default)s)")
     p.add_argument("--out", default=defaults.DRIFT_OUT, help="folder for drift.json and drift.md (default: %(default)s)")
     p.add_argument("--cache", help="folder for the release layers (default: ~/.cache/mbskills/drift, under $XDG_CACHE_HOME when set)")
-    p.add_argument("--timeout", type=float, default=600.0, help="seconds for each release's install and each claim run (default: %(default)s)")
+    p.add_argument("--timeout", type=_finite(True), default=600.0, help="seconds for each release's install and each claim run (default: %(default)s)")
     p.set_defaults(func=cmd_drift)
 
     p = sub.add_parser(
@@ -364,18 +398,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", required=True, help="openai:MODEL, anthropic:MODEL, or replay:DIR (recorded answers)")
     p.add_argument("--conditions", default=defaults.CONDITIONS, help="comma list of baseline, skills, inline (default: %(default)s)")
     p.add_argument("--out", required=True, help="run directory (created; reused to resume)")
-    p.add_argument("-j", "--jobs", type=int, default=defaults.JOBS, help="records (so requests) in flight at once (default: %(default)s)")
-    p.add_argument("--trials", type=int, default=defaults.TRIALS, help="independent samples per case and condition (default: %(default)s)")
+    p.add_argument("-j", "--jobs", type=_at_least(1), default=defaults.JOBS, help="records (so requests) in flight at once (default: %(default)s)")
+    p.add_argument("--trials", type=_at_least(1), default=defaults.TRIALS, help="independent samples per case and condition (default: %(default)s)")
     p.add_argument("--case", action="append", help="only cases whose owner/id or id matches this glob (repeatable: any may match)")
-    p.add_argument("--limit", type=int, help="only the first N selected cases")
+    p.add_argument("--limit", type=_at_least(1), help="only the first N selected cases")
     p.add_argument("--api", choices=("chat", "responses"), help="OpenAI API: chat (default) or responses")
     p.add_argument("--base-url", help="an OpenAI-compatible server (vLLM, Ollama, llama.cpp, NIM) or a proxy")
-    p.add_argument("--temperature", type=float)
-    p.add_argument("--max-tokens", type=int, help="output token limit per request")
+    p.add_argument("--temperature", type=_finite(False))
+    p.add_argument("--max-tokens", type=_at_least(1), help="output token limit per request")
     p.add_argument("--reasoning-effort", help="e.g. low, medium, high (models that take it)")
     p.add_argument("--seed", type=int, help="sampling seed (OpenAI Chat Completions and compatible servers)")
-    p.add_argument("--max-turns", type=int, default=defaults.MAX_TURNS, help="requests per record before the tool loop stops (default: %(default)s)")
-    p.add_argument("--rate-limit-rounds", type=int, default=defaults.RATE_LIMIT_ROUNDS, help="further waits on HTTP 429 after the SDK's retries, honouring Retry-After (default: %(default)s)")
+    p.add_argument("--max-turns", type=_at_least(1), default=defaults.MAX_TURNS, help="requests per record before the tool loop stops (default: %(default)s)")
+    p.add_argument("--rate-limit-rounds", type=_at_least(0), default=defaults.RATE_LIMIT_ROUNDS, help="further waits on HTTP 429 after the SDK's retries, honouring Retry-After (default: %(default)s)")
+    p.add_argument("--rate-limit-deadline", type=_finite(True), default=defaults.RATE_LIMIT_DEADLINE_S, help="seconds all those waits of one request may take together; past it the record ends in a rate_limit error (default: %(default)s)")
     p.add_argument("--pricing", help="YAML price table whose entries override the shipped one")
     p.add_argument("--progress", choices=("auto", "rich", "plain"), default="auto", help="progress display (default: a bar on a terminal, lines otherwise)")
     p.set_defaults(func=cmd_eval)
@@ -397,10 +432,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--min-coverage", type=float, help="gate: every condition must count at least this fraction of its records (default: 1.0 whenever a gate is given)")
     p.add_argument("--allow-incomplete", action="store_true", help="grade a run with records missing, failed or still being written (the reports say so); the gates decide the exit")
     p.add_argument("--allow-changed-bundle", action="store_true", help="grade although the bundle's files changed since the run (every report says which, first); without it that is exit 2")
-    p.add_argument("--min-cases", type=int, default=defaults.MIN_CASES, help="gate: a pass-rate or uplift gate over fewer counted cases fails as underpowered (default: %(default)s)")
+    p.add_argument("--min-cases", type=_at_least(1), default=defaults.MIN_CASES, help="gate: a pass-rate or uplift gate over fewer counted cases fails as underpowered (default: %(default)s)")
     p.add_argument("--calibration", metavar="FILE", help="the judge's calibration (`mbskills calibrate --judge ... --out FILE`); default: the one calibrate cached for this judge and bundle. Without one, no gate passes on judge verdicts")
     p.add_argument("--min-kappa", type=_fraction, default=defaults.MIN_KAPPA, help="gate: the judge's kappa on the held-out set its calibration needs before its verdicts decide a gate (default: %(default)s)")
-    p.add_argument("--resamples", type=int, default=defaults.RESAMPLES, help="bootstrap resamples (default: %(default)s)")
+    p.add_argument("--resamples", type=_at_least(100), default=defaults.RESAMPLES, help="bootstrap resamples (default: %(default)s)")
     p.add_argument("--seed", type=int, default=defaults.SEED, help="bootstrap seed (default: %(default)s)")
     p.set_defaults(func=cmd_grade)
 
@@ -419,7 +454,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run", help="run directory")
     p.add_argument("--case", help="glob over owner/id or id: print these transcripts")
     p.add_argument("--condition", help="only this condition")
-    p.add_argument("--trial", type=int, help="only this trial")
+    p.add_argument("--trial", type=_at_least(0), help="only this trial")
     p.add_argument("--full", action="store_true", help="tool results and system prompt in full")
     p.add_argument("--json", action="store_true", help="the records as JSON lines")
     p.set_defaults(func=cmd_show)
@@ -437,6 +472,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    # The keys in the environment are secrets wherever they turn up: stdout and stderr
+    # redact them (files redact them where they are written).
+    for variable in SECRET_VARIABLES:
+        register_secret(os.environ.get(variable))
+    streams = sys.stdout, sys.stderr
+    redact_standard_streams()
+    try:
+        return _main(argv)
+    finally:
+        sys.stdout, sys.stderr = streams
+
+
+SECRET_VARIABLES = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY")
+
+
+def _main(argv: list[str]) -> int:
     try:
         args = build_parser().parse_args(argv)
     except SystemExit as done:  # --help, --version, or a bad argument (already reported)

@@ -26,7 +26,8 @@ returns (text, tool calls); the agent-client tests drive the real CLIs this way.
 Answers say which SKILL.md bodies reached the model (`saw-skill:<name>`, found by a line
 unique to each body), so tests can tell what was in context. `failures` is a queue of
 faults served to the next requests in order: "429" (retry-after-ms: 10),
-"429-no-header", "500", "503", "401", "hang" (answers after `hang_s`), "reset" (the
+"429-no-header", "500", "503", "401", "200-echo" (a 200 whose plain-text body echoes the
+key, as a debugging proxy does), "hang" (answers after `hang_s`), "reset" (the
 connection is dropped), "truncated" (a 200 whose JSON body is cut in half), "badargs"
 (a tool call whose arguments are not JSON), "objargs" (tool-call arguments sent as a
 JSON object, as some OpenAI-compatible servers do), "length" (an empty reply that the
@@ -42,11 +43,13 @@ Response and tool-call ids derive from the request body, so a rerun gets the sam
 from __future__ import annotations
 
 import asyncio
+import base64
 import hashlib
 import json
 import random
 import re
 import threading
+import urllib.parse
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -289,6 +292,10 @@ class ModelServer:
             return None
         if fault == "429":
             return web.json_response({"error": {"type": "rate_limit_error", "message": "slow down"}}, status=429, headers={"retry-after-ms": "10"})
+        if fault == "200-echo":  # a debugging proxy: a 200 whose body is not JSON and echoes the request's key
+            key = request.headers.get("Authorization", "").removeprefix("Bearer ") or request.headers.get("X-Api-Key", "")
+            encoded = base64.b64encode(f"user:{key}".encode()).decode()
+            return web.Response(text=f"proxy debug: Authorization: Bearer {key}; basic {encoded}; url key={urllib.parse.quote(key, safe='')}", content_type="text/plain")
         if fault == "401-echo":  # like a real API, quote (part of) the key back
             key = request.headers.get("Authorization", "").removeprefix("Bearer ") or request.headers.get("X-Api-Key", "")
             return web.json_response({"error": {"type": "invalid_api_key", "message": f"Incorrect API key provided: {key}"}}, status=401)

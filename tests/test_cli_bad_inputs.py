@@ -102,13 +102,13 @@ CORPUS = [
     Bad("card-non-utf8", "check", CARD, b"title: \xff\n", "file/encoding", 1),
     Bad("card-duplicate-key", "check", CARD, b"title: a\ntitle: b\nclaims: []\n", "yaml/duplicate-key", 2),
     # command-line arguments
-    Bad("args-trials-not-a-number", "args", None, ["--trials", "abc"], "argument --trials: invalid int value: 'abc'"),
-    Bad("args-jobs-zero", "args", None, ["-j", "0"], "-j must be at least 1"),
+    Bad("args-trials-not-a-number", "args", None, ["--trials", "abc"], "argument --trials: 'abc' is not a whole number"),
+    Bad("args-jobs-zero", "args", None, ["-j", "0"], "argument -j/--jobs: 0 is under 1"),
     Bad("args-unknown-condition", "args", None, ["--conditions", "baseline,oracle"], "unknown oracle"),
     Bad("args-model-without-provider", "args", None, ["--model", "gpt-4o"], "expected openai:MODEL"),
     Bad("args-unknown-option", "args", None, ["--temprature", "0"], "unrecognized arguments: --temprature"),
-    Bad("args-timeout-not-a-number", "args", None, ["--timeout", "soon"], "argument --timeout: invalid float value"),
-    Bad("args-limit-negative", "args", None, ["--limit", "-3"], "--limit must be at least 1"),
+    Bad("args-timeout-not-a-number", "args", None, ["--timeout", "soon"], "argument --timeout: 'soon' is not a number"),
+    Bad("args-limit-negative", "args", None, ["--limit", "-3"], "argument --limit: -3 is under 1"),
 ]
 
 

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from runner.core import write_atomic
+from runner.core import UsageError, write_all_atomic, write_atomic
 
 
 def test_replaces_the_whole_file(tmp_path):
@@ -24,6 +24,26 @@ def test_a_failed_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path, mon
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(os, "fsync", broken)
-    with pytest.raises(OSError, match="No space left"):
+    # one line of unusable input naming the path and the errno, not an OSError traceback
+    with pytest.raises(UsageError, match=r"run.json: cannot write \(No space left on device, errno 28\)"):
         write_atomic(target, "new")
     assert target.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["run.json"]
+
+
+def test_several_files_are_all_written_or_all_left_as_they_were(tmp_path, monkeypatch):
+    old = {name: f"old {name}" for name in ("a.json", "b.md", "c.xml")}
+    for name, text in old.items():
+        (tmp_path / name).write_text(text)
+    real = os.fsync
+    calls = []
+
+    def third_fails(fd):
+        calls.append(fd)
+        if len(calls) == 3:
+            raise OSError(28, "No space left on device")
+        return real(fd)
+
+    monkeypatch.setattr(os, "fsync", third_fails)
+    with pytest.raises(UsageError, match="c.xml: cannot write"):
+        write_all_atomic({tmp_path / name: "new" for name in old})
+    assert {p.name: p.read_text() for p in tmp_path.iterdir()} == old  # no mix, no temporary

@@ -220,7 +220,8 @@ def test_rate_limits_server_errors_and_timeouts_are_retried(tmp_path, server):
     assert evaluate(tmp_path, server, "--conditions", "skills", "--limit", "4", "--timeout", "0.5", "--max-retries", "6", "-j", "2") == 0
     recs = records(tmp_path)
     assert len(recs) == 4 and all(r["status"] == "ok" for r in recs)
-    assert server.count() == sum(r["requests"] for r in recs) + 6
+    # every HTTP attempt is counted, the SDK's retries included: the records add up to what the server saw
+    assert server.count() == sum(r["requests"] for r in recs) == 8 + 6
 
 
 def test_429_after_the_sdk_gives_up_waits_as_told(tmp_path, server):
@@ -280,9 +281,14 @@ def test_local_server_needs_no_key(tmp_path, server, monkeypatch):
         (["--model", "openai:x", "--conditions", "baseline,oracle"], "unknown oracle"),
         (["--model", "openai:x", "--case", "nothing-*"], "no eval case matches"),
         (["--model", "openai:x", "--skill", "no-such-skill"], "no such skill"),
-        (["--model", "openai:x", "--trials", "0"], "at least 1"),
+        (["--model", "openai:x", "--trials", "0"], "argument --trials: 0 is under 1"),
         (["--model", "replay:/nonexistent/answers"], "not a folder of recorded answers"),
-        (["--model", "openai:x", "--limit", "-1"], "--limit must be at least 1"),
+        (["--model", "openai:x", "--limit", "-1"], "argument --limit: -1 is under 1"),
+        (["--model", "openai:x", "--timeout", "-1"], "argument --timeout: -1 must be above 0"),
+        (["--model", "openai:x", "--timeout", "nan"], "argument --timeout: nan is not a finite number"),
+        (["--model", "openai:x", "--max-retries", "-1"], "argument --max-retries: -1 is under 0"),
+        (["--model", "openai:x", "--temperature", "nan"], "argument --temperature: nan is not a finite number"),
+        (["--model", "openai:x", "--rate-limit-deadline", "0"], "argument --rate-limit-deadline: 0 must be above 0"),
         (["--model", "openai:x", "--pricing", "/nonexistent.yaml"], "cannot read the pricing file"),
     ],
 )

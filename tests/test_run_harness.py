@@ -61,7 +61,7 @@ def test_no_scripted_fault_or_malformed_reply_gives_a_traceback(tmp_path, server
         if record["status"] == "error":
             assert record["error"]["kind"] and record["error"]["message"]
     if code != 2:
-        assert main(["grade", str(tmp_path / "run"), "--allow-incomplete", "--resamples", "50"]) in (0, 1)
+        assert main(["grade", str(tmp_path / "run"), "--allow-incomplete", "--resamples", "100"]) in (0, 1)
         assert "Traceback" not in capsys.readouterr().err
 
 
@@ -155,7 +155,7 @@ def test_a_record_out_of_turns_has_its_own_status_and_counts_as_a_failure(tmp_pa
     assert "0 errors, 1 out of turns" in err
     (record,) = records(out)
     assert record["status"] == "turn_limit" and record["answer"] == ""
-    assert main(["grade", str(out), "--resamples", "50"]) == 0
+    assert main(["grade", str(out), "--resamples", "100"]) == 0
     report = json.loads((out / "report.json").read_text())
     assert report["health"]["turn_limits"] == 1 and report["overall"]["conditions"]["skills"]["passes"] == 0
     assert report["overall"]["conditions"]["skills"]["records"] == 1  # counted, as a failure

@@ -3,9 +3,11 @@ whole-file atomic writes and the project's JSON Schemas. Standard library only a
 (jsonschema loads on the first schema check), so the GPU launcher can import the package."""
 
 from . import defaults
-from .atomic import write_atomic
+from .atomic import cannot_write, write_all_atomic, write_atomic
 from .errors import EXIT_FINDINGS, EXIT_HARNESS, EXIT_OK, EXIT_USAGE, Finding, HarnessError, LoadError, MbskillsError, UsageError
 from .schemas import SchemaProblem, check_schema, schema
+from .secrets import redact, redact_standard_streams
+from .secrets import register as register_secret
 
 __all__ = [
     "EXIT_FINDINGS",
@@ -20,6 +22,11 @@ __all__ = [
     "UsageError",
     "check_schema",
     "defaults",
+    "redact",
+    "redact_standard_streams",
+    "register_secret",
     "schema",
+    "cannot_write",
+    "write_all_atomic",
     "write_atomic",
 ]

@@ -4,6 +4,7 @@ text shows them."""
 TIMEOUT_S = 120.0  # seconds per model request
 MAX_RETRIES = 4  # the SDK's own retries per request
 RATE_LIMIT_ROUNDS = 6  # further waits on HTTP 429 once the SDK gives up
+RATE_LIMIT_DEADLINE_S = 600.0  # all those waits of one request together
 JOBS = 8  # records (eval) or judge requests (grade, calibrate) in flight
 TRIALS = 1
 MAX_TURNS = 8  # requests per record before the tool loop stops

@@ -145,7 +145,9 @@ def _flatten_config_blocks(lines: list[str]) -> list[str]:
             out.append(line)
             if fence in ("yaml", "yml"):
                 try:
-                    data = yaml.safe_load("\n".join(block))
+                    # an answer is data: a block with aliases could expand without bound, so it is left as text
+                    events = list(yaml.parse("\n".join(block), Loader=yaml.SafeLoader))
+                    data = None if any(isinstance(e, yaml.AliasEvent) for e in events) else yaml.safe_load("\n".join(block))
                 except yaml.YAMLError:
                     data = None
                 out += _yaml_paths(data)

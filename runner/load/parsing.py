@@ -138,6 +138,12 @@ def load_yaml(path: Path, text: str | None = None, line_offset: int = 0) -> Loca
     text = read_text(path) if text is None else text
     loader = yaml.SafeLoader(text)
     try:
+        # An alias repeats a node without repeating its text: a few hundred bytes of nested
+        # aliases expand to millions of values. No file here needs one; refuse them all
+        # before anything is composed.
+        for event in yaml.parse(text, Loader=yaml.SafeLoader):
+            if isinstance(event, yaml.AliasEvent):
+                raise LoadError(path, event.start_mark.line + 1 + line_offset, "yaml/alias", f"YAML aliases (*{event.anchor}) are refused: write the value out where it is used")
         root = loader.get_single_node()
         data = loader.construct_document(root) if root is not None else None
     except yaml.MarkedYAMLError as exc:

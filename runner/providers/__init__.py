@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Mapping
 
 from ..core import UsageError
-from .base import Provider, ProviderError, Reply, Situation, Tool, ToolCall, Usage
+from .base import Provider, ProviderError, Reply, Situation, Tool, ToolCall, Usage, count_attempts
 from .cache import NoCache, ResponseCache, open_cache, request_key
 from .pricing import Price, PriceTable
 from .settings import Settings, Transport
@@ -27,6 +27,7 @@ __all__ = [
     "ResponseCache",
     "Settings",
     "Situation",
+    "count_attempts",
     "Tool",
     "ToolCall",
     "Transport",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from .base import Reply, ToolCall, Usage
+from .base import HTTP_HOOKS, Reply, ToolCall, Usage
 from .live import LiveProvider
 
 DEFAULT_MAX_TOKENS = 4096  # the Messages API requires a value
@@ -56,7 +56,7 @@ class Messages(LiveProvider):
             base_url=base_url,
             timeout=self.transport.timeout_s,
             max_retries=self.transport.max_retries,
-            http_client=anthropic.DefaultAioHttpClient(),
+            http_client=anthropic.DefaultAioHttpClient(event_hooks=HTTP_HOOKS),  # counts every attempt, retries included
         )
 
     async def _request(self, system, messages, tools, schema):

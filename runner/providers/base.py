@@ -12,6 +12,7 @@ items) so that the same provider can send it back verbatim on the next turn.
 from __future__ import annotations
 
 import json
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -92,15 +93,72 @@ class Usage:
         return out
 
 
+# HTTP attempts made on behalf of the current task (one record, or one judge call): the
+# SDKs retry inside one call, and every attempt is a request a server saw and may bill.
+_ATTEMPTS: ContextVar[list[int] | None] = ContextVar("attempts", default=None)
+
+
+def count_attempts() -> list[int]:
+    """Start counting HTTP attempts in this task; the returned one-item list holds the count."""
+    counter = [0]
+    _ATTEMPTS.set(counter)
+    return counter
+
+
+async def _on_request(request: Any) -> None:
+    counter = _ATTEMPTS.get()
+    if counter is not None:
+        counter[0] += 1
+
+
+HTTP_HOOKS = {"request": [_on_request]}  # for the SDKs' HTTP clients
+
+
+def text_of(value: Any, where: str) -> str:
+    """A reply's text from what the server sent: a string, nothing, or the "list of parts"
+    several OpenAI-compatible servers send (joined where every part is text); any other
+    shape is a protocol error naming it, never a non-string answer."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        texts = []
+        for index, part in enumerate(value):
+            text = part if isinstance(part, str) else part.get("text") if isinstance(part, dict) else getattr(part, "text", None)
+            kind = part.get("type", "text") if isinstance(part, dict) else "text"
+            if not isinstance(text, str) or kind not in ("text", "output_text"):
+                raise ProviderError("protocol", f"{where}[{index}] is not a text part ({type(part).__name__} of type {kind!r}); cannot read it as an answer")
+            texts.append(text)
+        return "".join(texts)
+    raise ProviderError("protocol", f"{where} is {type(value).__name__}, not text; cannot read it as an answer")
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
 @dataclass
 class Reply:
-    """One model response: text, tool calls, token counts, why it stopped."""
+    """One model response: text, tool calls, token counts, why it stopped. Built from what
+    a server sent, so every field is checked here: a wrong shape is a protocol error."""
 
     text: str
     tool_calls: list[ToolCall] = field(default_factory=list)
     usage: Usage = field(default_factory=Usage)
     stop_reason: str | None = None
     raw: Any = None
+
+    def __post_init__(self) -> None:
+        self.text = text_of(self.text, "the reply's text")
+        if self.stop_reason is not None and not isinstance(self.stop_reason, str):
+            raise ProviderError("protocol", f"the reply's stop reason is {type(self.stop_reason).__name__}, not text")
+        for name in ("input_tokens", "output_tokens", "cached_input_tokens", "unreported"):
+            if not _count(getattr(self.usage, name)):
+                raise ProviderError("protocol", f"the reply's usage.{name} is {getattr(self.usage, name)!r}, not a count")
+        for call in self.tool_calls:
+            if not isinstance(call.id, str) or not isinstance(call.name, str):
+                raise ProviderError("protocol", f"a tool call's id or name is not text ({call.id!r}, {call.name!r})")
 
     def to_dict(self) -> dict:
         return {

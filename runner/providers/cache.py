@@ -12,7 +12,7 @@ import sqlite3
 import time
 from pathlib import Path
 
-from ..core import UsageError
+from ..core import UsageError, redact
 from .base import Reply, Tool
 
 SCHEMA = "CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, reply TEXT NOT NULL, created REAL NOT NULL)"
@@ -59,7 +59,7 @@ class ResponseCache:
         return reply
 
     def put(self, key: str, reply: Reply) -> None:
-        self.db.execute("INSERT OR REPLACE INTO responses (key, reply, created) VALUES (?, ?, ?)", (key, json.dumps(reply.to_dict()), time.time()))
+        self.db.execute("INSERT OR REPLACE INTO responses (key, reply, created) VALUES (?, ?, ?)", (key, redact(json.dumps(reply.to_dict())), time.time()))
         self.stores += 1
 
     def close(self) -> None:

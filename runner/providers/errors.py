@@ -17,6 +17,8 @@ import random
 import time
 from typing import Awaitable, Callable, TypeVar
 
+from ..core import redact as redact_text
+from ..core import register_secret
 from .base import ProviderError
 
 T = TypeVar("T")
@@ -26,10 +28,10 @@ PROTOCOL_ROUNDS = 2
 
 
 def redact(text: str, secrets: tuple[str, ...]) -> str:
+    """Error text with the provider's own keys replaced (every sink redacts again)."""
     for secret in secrets:
-        if secret and len(secret) >= 4:
-            text = text.replace(secret, "[redacted]")
-    return text
+        register_secret(secret)
+    return redact_text(text)
 
 
 def retry_after_s(exc: BaseException) -> float | None:
@@ -125,8 +127,12 @@ async def with_rate_limit_patience(
     secrets: tuple[str, ...] = (),
     url: str | None = None,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    deadline_s: float | None = None,
 ) -> T:
+    """`call()`, with up to `extra_rounds` further waits on 429 once the SDK's retries gave
+    up; all the waits of one call together stay within `deadline_s`."""
     rounds = garbled = 0
+    waited = 0.0
     while True:
         try:
             return await call()
@@ -141,5 +147,9 @@ async def with_rate_limit_patience(
             wait = retry_after_s(exc)
             if wait is None:
                 wait = min(60.0, 2.0**rounds) * (0.75 + 0.25 * random.random())
+            wait = min(wait, MAX_WAIT_S)
+            if deadline_s is not None and waited + wait > deadline_s:
+                raise ProviderError("rate_limit", f"{error} (gave up: waiting {wait:.0f} s more would pass --rate-limit-deadline {deadline_s:g} s)", status=error.status) from None
             rounds += 1
-            await sleep(min(wait, MAX_WAIT_S))
+            waited += wait
+            await sleep(wait)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..core import register_secret
 from .base import ProviderError, Reply, Situation, Tool
 from .errors import classify, with_rate_limit_patience
 from .settings import Settings, Transport
@@ -20,6 +21,7 @@ class LiveProvider:
     name = "live"
     api = "live"
     cacheable = True
+    counts_attempts = True  # its HTTP client counts every attempt (runner/providers/base.py)
     default_url = "the API"
 
     def __init__(self, model: str, settings: Settings, transport: Transport, *, api_key: str, base_url: str | None):
@@ -28,6 +30,7 @@ class LiveProvider:
         self.transport = transport
         self.base_url = base_url
         self._secrets = (api_key,)
+        register_secret(api_key)  # every file and stream the process writes redacts it
         # settings this API cannot take, recorded with results
         self.ignored: list[str] = ["seed"] if settings.seed is not None and not self.takes_seed else []
         self._client: Any = None
@@ -64,7 +67,7 @@ class LiveProvider:
             return await self._request(system, messages, tools, schema)
 
         try:
-            return await with_rate_limit_patience(call, extra_rounds=self.transport.rate_limit_rounds, secrets=self._secrets, url=self.url)
+            return await with_rate_limit_patience(call, extra_rounds=self.transport.rate_limit_rounds, secrets=self._secrets, url=self.url, deadline_s=self.transport.rate_limit_deadline_s)
         except ProviderError:
             raise
         except Exception as exc:  # a response the parser could not read

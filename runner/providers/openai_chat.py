@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .base import Reply, ToolCall, Usage
+from .base import HTTP_HOOKS, Reply, ToolCall, Usage, text_of
 from .live import LiveProvider, protocol_error
 
 
@@ -14,7 +14,7 @@ def openai_client(api_key: str, base_url: str | None, transport):
         base_url=base_url,
         timeout=transport.timeout_s,
         max_retries=transport.max_retries,
-        http_client=openai.DefaultAioHttpClient(),
+        http_client=openai.DefaultAioHttpClient(event_hooks=HTTP_HOOKS),  # counts every attempt, retries included
     )
 
 
@@ -82,4 +82,4 @@ class ChatCompletions(LiveProvider):
         if response.usage is not None:
             details = response.usage.prompt_tokens_details
             usage = Usage(response.usage.prompt_tokens or 0, response.usage.completion_tokens or 0, (details.cached_tokens or 0) if details else 0)
-        return Reply(choice.message.content or "", calls, usage, choice.finish_reason)
+        return Reply(text_of(choice.message.content, "message.content"), calls, usage, choice.finish_reason)

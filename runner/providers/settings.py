@@ -26,3 +26,4 @@ class Transport:
     timeout_s: float = defaults.TIMEOUT_S
     max_retries: int = defaults.MAX_RETRIES
     rate_limit_rounds: int = defaults.RATE_LIMIT_ROUNDS
+    rate_limit_deadline_s: float = defaults.RATE_LIMIT_DEADLINE_S

@@ -8,7 +8,7 @@ import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from ..core import write_atomic
+from ..core import write_all_atomic
 from ..grade import JUDGE_ERROR, PROCESS_ONLY, RECORD_ERROR, TRUNCATED, TURN_LIMIT, UNGRADED, RecordGrade
 from .aggregate import BASE
 
@@ -292,8 +292,6 @@ def write_all(out: Path, report: dict, grades: list[RecordGrade], *, gated: bool
         "report.html": render(report),
         "junit.xml": junit_xml(report, grades, gated=gated),
     }
-    written = []
-    for name, text in paths.items():
-        write_atomic(out / name, text)
-        written.append(out / name)
-    return written
+    # staged together: a full disk leaves the previous reports whole, never a mix
+    write_all_atomic({out / name: text for name, text in paths.items()})
+    return [out / name for name in paths]

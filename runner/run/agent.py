@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from ..load import Case, Skill, case_files
-from ..providers import Price, Provider, ProviderError, Situation, Usage, request_key
+from ..providers import Price, Provider, ProviderError, Situation, Usage, count_attempts, request_key
 from .conditions import setup
 from .rundir import ERROR, OK, TRUNCATED, TRUNCATION_STOPS, TURN_LIMIT, record_key
 from .skill_tools import SkillTools
@@ -66,7 +66,8 @@ async def run_job(job: Job, provider: Provider, cache, skills: list[Skill], *, m
     live_usage = Usage()
     started, clock = _now(), time.perf_counter()
     finish, answer, error = TURN_LIMIT, "", None
-    sent = 0  # requests sent, the ones that failed included
+    sent = 0  # calls to the provider
+    attempts = count_attempts()  # HTTP attempts a live provider made for this record, retries included
     identity = provider.identity()
     try:
         for _ in range(max_turns):
@@ -118,7 +119,7 @@ async def run_job(job: Job, provider: Provider, cache, skills: list[Skill], *, m
         "activated_skills": tools.activated,
         "files_read": tools.files_read,
         "turns": turns,
-        "requests": sent,
+        "requests": attempts[0] if getattr(provider, "counts_attempts", False) else sent,
         "cached_responses": sum(1 for t in turns if t["cached"]),
         "usage": usage.to_dict(),
         "cost_usd": _cost(price, usage),

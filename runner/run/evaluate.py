@@ -39,6 +39,18 @@ class EvalRequest:
     command: str | None = None  # the command line, kept in run.json so `grade` can say how to finish a run
 
 
+def _require_known_skills(bundle: Bundle, cases: list) -> None:
+    """validate's evals/unknown-skill and evals/missing-script, before any request: a case
+    whose expected skill is not in the bundle would be graded against a skill no condition
+    can offer."""
+    names = bundle.skill_names()
+    for case in cases:
+        if case.expected_skill is not None and case.expected_skill not in names:
+            raise UsageError(f"{case.source}: evals/unknown-skill: case {case.id!r}: expected_skill {case.expected_skill!r} is not a skill of this bundle ({', '.join(sorted(names))}); run `mbskills validate` for every finding")
+        if case.expected_skill is not None and case.expected_script and not (bundle.skills_dir / case.expected_skill / case.expected_script).is_file():
+            raise UsageError(f"{case.source}: evals/missing-script: case {case.id!r}: expected_script {case.expected_script!r} does not exist in skills/{case.expected_skill}/; run `mbskills validate` for every finding")
+
+
 def run_eval(bundle: Bundle, request: EvalRequest) -> Summary:
     """Run every selected case x condition x trial into `request.out`; UsageError before
     any request for input that cannot work, and for a fatal provider error mid-run."""
@@ -48,6 +60,7 @@ def run_eval(bundle: Bundle, request: EvalRequest) -> Summary:
     if request.settings.reasoning_effort is not None and not request.settings.reasoning_effort:
         raise UsageError("--reasoning-effort needs a value")
     cases = select_cases(bundle_cases(bundle), skills=list(request.skills) or None, pattern=request.cases, limit=request.limit)
+    _require_known_skills(bundle, cases)
     plan = Plan(bundle, cases, list(request.conditions), request.trials, max_turns=request.max_turns, jobs=request.jobs, command=request.command)
     prices = PriceTable(request.pricing)
     provider = open_provider(request.model, request.settings, request.transport, api=request.api, base_url=request.base_url)

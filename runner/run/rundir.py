@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core import UsageError, write_atomic
+from ..core import UsageError, cannot_write, check_schema, redact, write_atomic
 
 RUN_FILE, RECORDS_FILE, LOCK_FILE = "run.json", "records.jsonl", ".lock"
 # A record's status: answered, failed for good (runs again on resume), out of turns, or
@@ -73,15 +73,21 @@ class RunDir:
         return self.path / RECORDS_FILE
 
     def _lock(self) -> None:
-        fd = os.open(self.path / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fd = os.open(self.path / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise cannot_write(self.path / LOCK_FILE, exc) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = os.read(fd, 64).decode(errors="replace").strip() or "?"
             os.close(fd)
             raise UsageError(f"{self.path}: another mbskills eval is writing this run (pid {holder}); wait for it or choose another --out") from None
-        os.ftruncate(fd, 0)
-        os.write(fd, str(os.getpid()).encode())
+        try:
+            os.ftruncate(fd, 0)
+            os.write(fd, str(os.getpid()).encode())
+        except OSError:
+            pass  # the pid is only a hint for the "another eval" message; the lock holds without it
         self._lock_fd = fd
 
     def _refuse(self, message: str) -> UsageError:
@@ -107,13 +113,21 @@ class RunDir:
         self._made_lock = not (self.path / LOCK_FILE).exists()
         self._lock()
         run_file = self.path / RUN_FILE
-        records, truncated = read_records(self.records_path) if run_file.exists() else ([], False)
+        numbered, truncated = read_numbered(self.records_path) if run_file.exists() else ([], False)
+        for number, record in numbered:
+            try:
+                _check_record(self.records_path, number, record)
+            except UsageError as bad:
+                raise self._refuse(f"{bad}; move {self.records_path} away to start over") from None
+        records = [record for _, record in numbered]
         kept = {r["key"]: r for r in records if r.get("status") in FINISHED}
         if run_file.exists():
             try:
-                previous = json.loads(run_file.read_text())
-            except ValueError:
-                raise self._refuse(f"{run_file}:1: not JSON; this folder is not a run directory") from None
+                previous = json.loads(run_file.read_text(encoding="utf-8-sig"))
+                if not isinstance(previous, dict):
+                    raise ValueError("not an object")
+            except (ValueError, UnicodeDecodeError):
+                raise self._refuse(f"{run_file}:1: not a JSON object; this folder is not a run directory") from None
             changed = [f for f in identity_fields if previous.get(f) != run_info.get(f)]
             if changed and kept:
                 field = changed[0]
@@ -121,17 +135,34 @@ class RunDir:
                     f"{self.path}: made by a different command ({field}: {json.dumps(previous.get(field))} there, {json.dumps(run_info.get(field))} now) "
                     f"and holds {len(kept)} finished records; use another --out, or delete {self.path} to start over"
                 )
-        write_atomic(run_file, json.dumps(run_info, indent=2) + "\n")
-        if truncated or len(kept) != len(records):
-            write_atomic(self.records_path, "".join(json.dumps(r) + "\n" for r in kept.values()))
-        self._records_fd = os.open(self.records_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            write_atomic(run_file, json.dumps(run_info, indent=2) + "\n")
+            if truncated or len(kept) != len(records):
+                write_atomic(self.records_path, "".join(json.dumps(r) + "\n" for r in kept.values()))
+            self._records_fd = os.open(self.records_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        except UsageError as failed:
+            raise self._refuse(str(failed)) from None
+        except OSError as exc:
+            raise self._refuse(str(cannot_write(self.records_path, exc))) from None
         return kept
 
     def append(self, record: dict) -> None:
-        # One write() of one whole line on an O_APPEND descriptor: a kill leaves either
-        # the full line or a cut-off last line, which the next open drops.
+        # One whole line on an O_APPEND descriptor: a kill leaves either the full line or a
+        # cut-off last line, which the next open drops; a write that fails (a full disk) is
+        # cut back to where the line began, so no partial record is left.
         assert self._records_fd is not None
-        os.write(self._records_fd, (json.dumps(record) + "\n").encode())
+        line = (redact(json.dumps(record)) + "\n").encode()
+        start = os.lseek(self._records_fd, 0, os.SEEK_END)
+        try:
+            written = 0
+            while written < len(line):
+                written += os.write(self._records_fd, line[written:])
+        except OSError as exc:
+            try:
+                os.ftruncate(self._records_fd, start)
+            except OSError:
+                pass  # the next open drops a cut-off last line all the same
+            raise cannot_write(self.records_path, exc) from None
 
     def close(self) -> None:
         for fd in (self._records_fd, self._lock_fd):
@@ -194,18 +225,23 @@ def planned_keys(info: dict) -> set[str]:
     return {record_key(case, condition, trial) for case in info["cases"] for condition in info["conditions"] for trial in range(info["trials"])}
 
 
+def _where(path: tuple) -> str:
+    return "".join(f"[{k}]" if isinstance(k, int) else f".{k}" for k in path).lstrip(".") or "the line"
+
+
 def _check_info(run_file: Path, info: object) -> dict:
-    if not isinstance(info, dict):
-        raise UsageError(f"{run_file}:1: not a run description (a JSON object)")
-    for field, ok, want in (
-        ("cases", lambda v: isinstance(v, list) and all(isinstance(c, str) for c in v), "a list of case keys"),
-        ("conditions", lambda v: isinstance(v, list) and v and all(isinstance(c, str) for c in v), "a list of conditions"),
-        ("trials", lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1, "a whole number of at least 1"),
-        ("model", lambda v: isinstance(v, dict) and isinstance(v.get("provider"), str) and isinstance(v.get("model"), str), "the model's identity"),
-    ):
-        if not ok(info.get(field)):
-            raise UsageError(f"{run_file}: field {field!r} must be {want}, got {json.dumps(info.get(field))[:60]}")
-    return info
+    problems = check_schema("run", info)
+    if problems:
+        first = problems[0]
+        raise UsageError(f"{run_file}: {'field ' + repr(_where(first.path)) + ' ' if first.path else ''}{first.message}")
+    return info  # type: ignore[return-value]
+
+
+def _check_record(records_file: Path, number: int, record: dict) -> None:
+    problems = check_schema("record", record)
+    if problems:
+        first = problems[0]
+        raise UsageError(f"{records_file}:{number}: field {_where(first.path)!r} {first.message}; this run directory was not written by this version of `mbskills eval`, or was edited")
 
 
 def _check_plan(path: Path, info: dict, numbered: list[tuple[int, dict]]) -> None:
@@ -215,6 +251,7 @@ def _check_plan(path: Path, info: dict, numbered: list[tuple[int, dict]]) -> Non
     records_file = path / RECORDS_FILE
     model = info["model"]
     for number, record in numbered:
+        _check_record(records_file, number, record)
         key = record["key"]
         where = f"{records_file}:{number}"
         if key in first:

@@ -8,6 +8,7 @@ RULES: dict[str, str] = {
     "json/duplicate-key": "an object repeats a key (JSON parsers keep the last one silently)",
     "yaml/syntax": "the file (or SKILL.md frontmatter) is not valid YAML",
     "yaml/duplicate-key": "a mapping repeats a key",
+    "yaml/alias": "a YAML alias (*name) in a card, sidecar or frontmatter: refused, so that a few bytes cannot expand to millions of values",
     "checks/schema": "a checks sidecar entry is not {behaviour, must and/or must_not lists of regexes}",
     "checks/unknown-case": "a checks sidecar names a case id its evals file does not have",
     "checks/unknown-behaviour": "a checks sidecar names a behaviour its case does not have (texts must match exactly)",
