@@ -26,13 +26,14 @@ returns (text, tool calls); the agent-client tests drive the real CLIs this way.
 Answers say which SKILL.md bodies reached the model (`saw-skill:<name>`, found by a line
 unique to each body), so tests can tell what was in context. `failures` is a queue of
 faults served to the next requests in order: "429" (retry-after-ms: 10),
-"429-no-header", "500", "503", "401", "200-echo" (a 200 whose plain-text body echoes the
+"429-no-header", "429-slow" (retry-after: 1), "500", "503", "401", "200-echo" (a 200 whose plain-text body echoes the
 key, as a debugging proxy does), "hang" (answers after `hang_s`), "reset" (the
 connection is dropped), "truncated" (a 200 whose JSON body is cut in half), "badargs"
 (a tool call whose arguments are not JSON), "objargs" (tool-call arguments sent as a
 JSON object, as some OpenAI-compatible servers do), "length" (an empty reply that the
 output limit cut off: finish_reason length, stop_reason max_tokens, status incomplete),
-"nousage" (a reply without token
+"content-parts" / "content-int" / "content-dict" (Chat's message.content as a list of
+text parts, an int or an object), "nousage" (a reply without token
 counts), "html" and "sse" (a 200 whose body is an HTML page or an event stream),
 "400-model" (a gateway's 400 for an unknown model, with its error body) and "404-text"
 (a plain-text 404, as for a base URL without /v1). With `fault_rate` > 0, each request
@@ -274,7 +275,7 @@ class ModelServer:
             return fault
 
     async def _fault(self, fault: str | None, request: web.Request) -> web.StreamResponse | None:
-        if fault is None or fault in ("truncated", "badargs", "objargs", "nousage", "length"):
+        if fault is None or fault in ("truncated", "badargs", "objargs", "nousage", "length", "content-parts", "content-int", "content-dict"):
             return None
         if fault == "html":
             return web.Response(text="<!DOCTYPE html><html><head><title>Model gateway</title></head><body>Sign in</body></html>", content_type="text/html")
@@ -295,10 +296,13 @@ class ModelServer:
         if fault == "200-echo":  # a debugging proxy: a 200 whose body is not JSON and echoes the request's key
             key = request.headers.get("Authorization", "").removeprefix("Bearer ") or request.headers.get("X-Api-Key", "")
             encoded = base64.b64encode(f"user:{key}".encode()).decode()
-            return web.Response(text=f"proxy debug: Authorization: Bearer {key}; basic {encoded}; url key={urllib.parse.quote(key, safe='')}", content_type="text/plain")
+            return web.Response(text=f"proxy debug: Authorization: Bearer {key}; basic {encoded}; url key={urllib.parse.quote(key, safe='')}", content_type="text/plain",
+                                headers={"X-Debug-Authorization": f"Bearer {key}", "X-Debug-Basic": encoded})
         if fault == "401-echo":  # like a real API, quote (part of) the key back
             key = request.headers.get("Authorization", "").removeprefix("Bearer ") or request.headers.get("X-Api-Key", "")
             return web.json_response({"error": {"type": "invalid_api_key", "message": f"Incorrect API key provided: {key}"}}, status=401)
+        if fault == "429-slow":  # asks for a whole second
+            return web.json_response({"error": {"type": "rate_limit_error", "message": "slow down"}}, status=429, headers={"retry-after": "1"})
         if fault == "429-no-header":
             return web.json_response({"error": {"type": "rate_limit_error", "message": "slow down"}}, status=429)
         status = int(fault)
@@ -336,6 +340,9 @@ class ModelServer:
                     item["arguments"] = json.loads(item["arguments"])
             if fault == "nousage":
                 payload.pop("usage", None)
+            if fault in ("content-parts", "content-int", "content-dict") and kind == "chat":  # shapes some OpenAI-compatible servers send
+                message = payload["choices"][0]["message"]
+                message["content"] = {"content-parts": [{"type": "text", "text": text[: len(text) // 2]}, {"type": "text", "text": text[len(text) // 2 :]}], "content-int": 42, "content-dict": {"text": text}}[fault]
             if fault == "length":  # the output limit cut the reply off before any text
                 payload = {"chat": self._chat, "responses": self._responses, "anthropic": self._anthropic, "gemini": self._gemini}[kind](body, "", [])
                 if kind == "chat":

@@ -274,8 +274,11 @@ def test_validate_refuses_patterns_that_cannot_be_trusted(tmp_path, capsys, fiel
     assert main(["validate", str(bundle)]) == 1
     out = capsys.readouterr().out
     assert f"checks.yaml:" in out and rule in out
-    # and nothing grades with it: grade refuses the bundle with the same rule
-    assert replay(tmp_path / "run", f"replay:{CALIBRATION}", "--case", "fsdp-minimal-override", bundle=bundle) == 0
+    # and nothing runs or grades with it: eval refuses the bundle with the same rule, and so
+    # does grade of a run made before the sidecar was changed
+    assert replay(tmp_path / "run", f"replay:{CALIBRATION}", "--case", "fsdp-minimal-override", bundle=bundle) == 2
+    assert rule in capsys.readouterr().err
+    assert replay(tmp_path / "run", f"replay:{CALIBRATION}", "--case", "fsdp-minimal-override") == 0
     assert grade(tmp_path / "run", bundle=bundle) == 2
     assert rule in capsys.readouterr().err
 

@@ -109,7 +109,7 @@ def test_unreadable_file_is_a_finding(good_bundle: Path, monkeypatch):
 
 
 # Rules covered here rather than by a file in tests/fixtures/bad/.
-COVERED_BY_TESTS = {"file/too-large", "checks/schema", "checks/unknown-case", "checks/unknown-behaviour", "checks/regex", "checks/empty-match", "checks/anchored-forbidden", "calibration/labels", "bundle/card-missing", "bundle/empty", "bundle/unlisted-skill", "skill/missing", "card/missing", "evals/missing", "skill/spec", "skill/duplicate-claim", "file/unreadable"}
+COVERED_BY_TESTS = {"file/too-large", "checks/schema", "checks/unknown-case", "checks/unknown-behaviour", "checks/regex", "checks/empty-match", "checks/anchored-forbidden", "yaml/alias", "calibration/labels", "bundle/card-missing", "bundle/empty", "bundle/unlisted-skill", "skill/missing", "card/missing", "evals/missing", "skill/spec", "skill/duplicate-claim", "file/unreadable"}
 
 
 def test_every_rule_has_a_failing_fixture():

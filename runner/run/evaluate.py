@@ -39,16 +39,21 @@ class EvalRequest:
     command: str | None = None  # the command line, kept in run.json so `grade` can say how to finish a run
 
 
-def _require_known_skills(bundle: Bundle, cases: list) -> None:
-    """validate's evals/unknown-skill and evals/missing-script, before any request: a case
-    whose expected skill is not in the bundle would be graded against a skill no condition
-    can offer."""
-    names = bundle.skill_names()
-    for case in cases:
-        if case.expected_skill is not None and case.expected_skill not in names:
-            raise UsageError(f"{case.source}: evals/unknown-skill: case {case.id!r}: expected_skill {case.expected_skill!r} is not a skill of this bundle ({', '.join(sorted(names))}); run `mbskills validate` for every finding")
-        if case.expected_skill is not None and case.expected_script and not (bundle.skills_dir / case.expected_skill / case.expected_script).is_file():
-            raise UsageError(f"{case.source}: evals/missing-script: case {case.id!r}: expected_script {case.expected_script!r} does not exist in skills/{case.expected_skill}/; run `mbskills validate` for every finding")
+# validate's rules about what a run asks and how it is graded: the eval files, the checks
+# sidecars, the bundle's layout, YAML. (The skills' own quality rules, the reference
+# validator's included, stay validate's: an eval of a skill in progress is still an eval.)
+RUN_RULES = ("evals/", "checks/", "bundle/", "yaml/", "calibration/")
+
+
+def _require_valid(bundle: Bundle) -> None:
+    """Before any request: a run on a bundle with such findings (a case whose expected skill
+    is not in it, a missing script, a sidecar that cannot grade) would measure nothing."""
+    from ..validate import validate_path
+
+    findings = [f for f in validate_path(bundle.root) if f.rule.startswith(RUN_RULES)]
+    if findings:
+        more = f" and {len(findings) - 1} more" if len(findings) > 1 else ""
+        raise UsageError(f"{findings[0].format()}{more}; run `mbskills validate {bundle.root}` and fix the bundle before an eval")
 
 
 def run_eval(bundle: Bundle, request: EvalRequest) -> Summary:
@@ -60,7 +65,7 @@ def run_eval(bundle: Bundle, request: EvalRequest) -> Summary:
     if request.settings.reasoning_effort is not None and not request.settings.reasoning_effort:
         raise UsageError("--reasoning-effort needs a value")
     cases = select_cases(bundle_cases(bundle), skills=list(request.skills) or None, pattern=request.cases, limit=request.limit)
-    _require_known_skills(bundle, cases)
+    _require_valid(bundle)
     plan = Plan(bundle, cases, list(request.conditions), request.trials, max_turns=request.max_turns, jobs=request.jobs, command=request.command)
     prices = PriceTable(request.pricing)
     provider = open_provider(request.model, request.settings, request.transport, api=request.api, base_url=request.base_url)
