@@ -151,7 +151,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return EXIT_FINDINGS if summary.errors else EXIT_OK
 
 
-def _judge_options(args: argparse.Namespace):
+def _judge_options(args: argparse.Namespace, **extra):
     from .grade import JudgeOptions
 
     return JudgeOptions(
@@ -165,8 +165,7 @@ def _judge_options(args: argparse.Namespace):
         cache=args.cache,
         no_cache=args.no_cache,
         jobs=args.jobs,
-        calibration=getattr(args, "calibration", None),
-        min_kappa=getattr(args, "min_kappa", None) if getattr(args, "min_kappa", None) is not None else defaults.MIN_KAPPA,
+        **extra,
     )
 
 
@@ -175,7 +174,9 @@ def cmd_grade(args: argparse.Namespace) -> int:
     from .report import Gates, publish
 
     gate = Gates(args.fail_under_uplift, args.fail_under_pass, args.fail_on_regression, args.min_coverage, args.min_cases)  # range-checked before any grading
-    graded = grade_run(Path(args.run), _judge_options(args), bundle=args.bundle, allow_incomplete=args.allow_incomplete, allow_changed_bundle=args.allow_changed_bundle)
+    # the calibration that lets the judge's verdicts decide a gate
+    judge = _judge_options(args, calibration=args.calibration, min_kappa=args.min_kappa)
+    graded = grade_run(Path(args.run), judge, bundle=args.bundle, allow_incomplete=args.allow_incomplete, allow_changed_bundle=args.allow_changed_bundle)
     for warning in graded.warnings:
         say(f"mbskills: warning: {warning}")
     published = publish(graded, gate, resamples=args.resamples, seed=args.seed, allow_incomplete=args.allow_incomplete)

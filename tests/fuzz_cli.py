@@ -68,8 +68,11 @@ def _child(request: dict, out: str, err: str) -> None:
 
 def serve() -> None:
     _warm()
-    work = tempfile.mkdtemp(prefix="fuzz-cli-")
-    out, err = os.path.join(work, "out"), os.path.join(work, "err")
+    with tempfile.TemporaryDirectory(prefix="fuzz-cli-") as work:
+        _serve(os.path.join(work, "out"), os.path.join(work, "err"))
+
+
+def _serve(out: str, err: str) -> None:
     for line in sys.stdin:
         request = json.loads(line)
         for path in (out, err):
