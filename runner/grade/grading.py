@@ -209,7 +209,7 @@ def store_calibration(result: dict) -> Path:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(path, json.dumps(result, indent=2) + "\n")
-    except OSError:
+    except (OSError, UsageError):
         pass  # a cache that cannot be written costs a rerun of calibrate, nothing else
     return path
 
