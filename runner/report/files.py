@@ -89,7 +89,7 @@ def banner(report: dict) -> list[str]:
     left = [f"{health['ungraded']} ungraded", f"{health['record_errors']} that did not run", f"{health['judge_errors']} the judge could not grade"]
     lines.append(
         f"{health['counted']} of {report['run']['records']} records count in the rates ({health['turn_limits']} ran out of turns, {health['truncated']} were cut off by the output limit, "
-        f"{health['says_nothing']} said nothing: failures); left out of every rate and mean: {', '.join(left)}, {health['process_only']} of cases with no content behaviour (routing only)"
+        f"{health['says_nothing']} said nothing: failures); left out of every rate and mean: {', '.join(left)}, {health['process_only']} from cases with no content behaviour (routing only)"
     )
     judge = report["grading"]["judge_verdicts"]
     if judge and judge["unsupported"]:
