@@ -246,48 +246,38 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"mbskills: error: {self.prog}: {message} (see {self.prog} --help)\n")
 
 
-def _fraction(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"{text} is outside 0..1")
-    return value
+def _number(kind: type, *, low: float | None = None, high: float | None = None, above: float | None = None):
+    """An option's value as `kind`, finite and in range, checked before any work; the
+    message says which bound it broke."""
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {'a whole number' if kind is int else 'a number'}") from None
+        if value != value or value in (float("inf"), float("-inf")):
+            raise argparse.ArgumentTypeError(f"{text} is not a finite number")
+        if low is not None and high is not None and not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{text} is outside {low:g}..{high:g}")
+        if low is not None and value < low:
+            raise argparse.ArgumentTypeError(f"{value} is under {low:g}")
+        if above is not None and value <= above:
+            raise argparse.ArgumentTypeError(f"{text} must be above {above:g}")
+        return value
+
+    parse.__name__ = kind.__name__  # argparse names the type in its messages
+    return parse
+
+
+_fraction = _number(float, low=0.0, high=1.0)
 
 
 def _at_least(low: int):
-    """An int option that must be at least `low`: checked before any work."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-        if value < low:
-            raise argparse.ArgumentTypeError(f"{value} is under {low}")
-        return value
-
-    parse.__name__ = "int"
-    return parse
+    return _number(int, low=low)
 
 
 def _finite(positive: bool):
-    """A float option that must be finite (and above 0 where `positive`)."""
-
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-        if value != value or value in (float("inf"), float("-inf")):
-            raise argparse.ArgumentTypeError(f"{text} is not a finite number")
-        if positive and value <= 0:
-            raise argparse.ArgumentTypeError(f"{text} must be above 0")
-        return value
-
-    parse.__name__ = "float"
-    return parse
+    return _number(float, above=0.0 if positive else None)
 
 
 def _parent(build) -> argparse.ArgumentParser:
