@@ -67,6 +67,19 @@ class _Placeholder:
         self._fail()
 
 
+def _module_getattr(module_name: str, message: str | None = None):
+    """A placeholder module's `__getattr__`: a placeholder for every public name, and the
+    AttributeError a real module gives for a dunder it lacks (`__file__`, `__path__`), so
+    that tools walking sys.modules see a module without a file, not a placeholder."""
+
+    def getattr_(attr: str) -> Any:
+        if attr.startswith("__") and attr.endswith("__"):
+            raise AttributeError(f"module {module_name!r} has no attribute {attr!r}")
+        return _Placeholder(f"{module_name}.{attr}", message.format(name=f"{module_name}.{attr}") if message else None)
+
+    return getattr_
+
+
 class _PlaceholderFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def __init__(self, names: frozenset[str] = TE_ONLY_MODULES) -> None:
         self.names = names
@@ -76,7 +89,7 @@ class _PlaceholderFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
         module = types.ModuleType(spec.name, "placeholder: this module needs Transformer Engine")
-        module.__getattr__ = lambda attr, _name=spec.name: _Placeholder(f"{_name}.{attr}")  # type: ignore[attr-defined]
+        module.__getattr__ = _module_getattr(spec.name)  # type: ignore[attr-defined]
         return module
 
     def exec_module(self, module: types.ModuleType) -> None:
@@ -105,7 +118,7 @@ class _AbsentPackageFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
         module = types.ModuleType(spec.name, "placeholder: this package is not installed")
-        module.__getattr__ = lambda attr, _name=spec.name: _Placeholder(f"{_name}.{attr}", f"{_name}.{attr}: {_name} is not installed (placeholder)")  # type: ignore[attr-defined]
+        module.__getattr__ = _module_getattr(spec.name, "{name}: " + spec.name + " is not installed (placeholder)")  # type: ignore[attr-defined]
         return module
 
     def exec_module(self, module: types.ModuleType) -> None:
