@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from . import __version__
-from .core import EXIT_FINDINGS, EXIT_HARNESS, EXIT_OK, EXIT_USAGE, MbskillsError, UsageError, defaults, redact_standard_streams, register_secret, write_atomic
+from .core import EXIT_FINDINGS, EXIT_HARNESS, EXIT_OK, EXIT_USAGE, KEY_VARIABLES, MbskillsError, UsageError, defaults, redact_standard_streams, register_secret, write_atomic
 
 
 def say(line: str) -> None:
@@ -465,7 +465,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     # The keys in the environment are secrets wherever they turn up: stdout and stderr
     # redact them (files redact them where they are written).
-    for variable in SECRET_VARIABLES:
+    for variable in KEY_VARIABLES.values():
         register_secret(os.environ.get(variable))
     streams = sys.stdout, sys.stderr
     redact_standard_streams()
@@ -473,9 +473,6 @@ def main(argv: list[str] | None = None) -> int:
         return _main(argv)
     finally:
         sys.stdout, sys.stderr = streams
-
-
-SECRET_VARIABLES = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY")
 
 
 def _main(argv: list[str]) -> int:

@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from ..core import MbskillsError, UsageError, write_atomic
+from ..core import MbskillsError, UsageError, defaults, write_atomic
 from .status import ERROR, FAILED, MISSING, NEEDS_GPU, OK_RESULTS, PASSED
 
 SCHEMA = "mbskills-drift/1"
@@ -105,7 +105,7 @@ class DriftRun:
 
 
 def default_cache() -> Path:
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "mbskills" / "drift"
+    return defaults.cache_home() / "drift"
 
 
 def run_drift(

@@ -6,7 +6,7 @@ from . import defaults
 from .atomic import cannot_write, write_all_atomic, write_atomic
 from .errors import EXIT_FINDINGS, EXIT_HARNESS, EXIT_OK, EXIT_USAGE, Finding, HarnessError, LoadError, MbskillsError, UsageError
 from .schemas import SchemaProblem, check_schema, schema
-from .secrets import redact, redact_standard_streams
+from .secrets import KEY_VARIABLES, redact, redact_standard_streams
 from .secrets import register as register_secret
 
 __all__ = [
@@ -16,6 +16,7 @@ __all__ = [
     "EXIT_USAGE",
     "Finding",
     "HarnessError",
+    "KEY_VARIABLES",
     "LoadError",
     "MbskillsError",
     "SchemaProblem",

@@ -22,3 +22,12 @@ MIN_KILL = 0.95  # share of non-equivalent mutants each skill's checks must kill
 MUTANTS_ALLOW = "evals/equivalent-mutants.yaml"
 DRIFT_OUT = "out/drift"
 DRIFT_RELEASES = "0.6.2,0.6.0,0.5.1,0.5.0"
+
+
+def cache_home() -> "Path":
+    """~/.cache/mbskills, or under $XDG_CACHE_HOME when set: every cache mbskills keeps
+    (responses, release layers, judge calibrations) lives below it."""
+    import os
+    from pathlib import Path
+
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "mbskills"

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Awaitable, Callable
@@ -144,7 +143,7 @@ def grade_run(run: Path, options: JudgeOptions, *, bundle: str | Path | None = N
         warnings.append(f"the judge {options.model} is the model under test; its verdicts may favour its own answers")
     content = [c.key for c in planned if any(not process_behaviour(b.text, names) for b in c.behaviours)]
     needs = [] if judge else _needs_judge(planned, names, checks)
-    trust = judge_trust(judge.describe(), found, options.model, explicit=Path(options.calibration) if options.calibration else None, min_kappa=options.min_kappa) if judge else None
+    trust = judge_trust(judge.describe(), bundle_fingerprint(found, skills, cases), options.model, explicit=Path(options.calibration) if options.calibration else None, min_kappa=options.min_kappa) if judge else None
     return GradedRun(run, info, grades, names, judge.describe() if judge else None, fingerprint(files_now), len(checks), status, content, changes, needs, warnings, trust)
 
 
@@ -171,14 +170,15 @@ def calibrate_bundle(bundle: Bundle, options: JudgeOptions, *, answers: Path | N
         if not sets:
             raise UsageError(f"{bundle.evals_dir}: no {HELD_OUT}/ or {TRAINING}/ folder of labelled answers; pass --answers DIR")
     labelled = [(name, path, require_labels(path, cases)) for name, path in sets]
-    skills = [load_skill(d).name for d in bundle.skill_dirs()]
+    loaded = [load_skill(d) for d in bundle.skill_dirs()]
+    skills = [s.name for s in loaded]
 
     async def work(judge):
         return [await calibrate(entries, skills, checks, judge, jobs=options.jobs) for _, _, entries in labelled]
 
     judge, results = _with_judge(options, work)
     out = [{"name": name, "path": str(path), **result} for (name, path, _), result in zip(labelled, results)]
-    result = {"judge": judge.describe() if judge else None, "bundle_fingerprint": bundle_fingerprint(bundle), "sets": out, "judge_errors": [e for r in out for e in r["judge_errors"]]}
+    result = {"judge": judge.describe() if judge else None, "bundle_fingerprint": bundle_fingerprint(bundle, loaded, cases), "sets": out, "judge_errors": [e for r in out for e in r["judge_errors"]]}
     if judge and not result["judge_errors"]:
         store_calibration(result)  # what a gate over this judge's verdicts will ask for
     return result
@@ -189,15 +189,14 @@ def calibrate_bundle(bundle: Bundle, options: JudgeOptions, *, answers: Path | N
 TUNING_SETS = ("dev", "training")  # sets the checks were tuned on: no evidence about a judge's trust
 
 
-def bundle_fingerprint(bundle: Bundle) -> str:
+def bundle_fingerprint(bundle: Bundle, skills: list, cases: list[Case]) -> str:
     """Of every file that decides grading in the bundle (all its cases): a calibration holds
     for the bundle it was measured on."""
-    cases = bundle_cases(bundle)
-    return fingerprint(bundle_files(bundle.root, [load_skill(d) for d in bundle.skill_dirs()], cases))
+    return fingerprint(bundle_files(bundle.root, skills, cases))
 
 
 def calibrations_dir() -> Path:
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "mbskills" / "calibrations"
+    return defaults.cache_home() / "calibrations"
 
 
 def _calibration_name(judge: dict, fingerprint_: str) -> str:
@@ -228,8 +227,8 @@ class JudgeTrust:
         return {"ok": self.ok, "line": self.line, "kappa": self.kappa, "path": self.path}
 
 
-def judge_trust(judge: dict, bundle: Bundle, model: str, *, explicit: Path | None, min_kappa: float) -> JudgeTrust:
-    now = bundle_fingerprint(bundle)
+def judge_trust(judge: dict, now: str, model: str, *, explicit: Path | None, min_kappa: float) -> JudgeTrust:
+    """`now`: bundle_fingerprint() of the bundle being graded."""
     path = explicit or calibrations_dir() / _calibration_name(judge, now)
     command = f"`mbskills calibrate --judge {model} --out FILE` and pass --calibration FILE"
     if not path.is_file():

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Mapping
 
-from ..core import UsageError
+from ..core import KEY_VARIABLES, UsageError
 from .base import Provider, ProviderError, Reply, Situation, Tool, ToolCall, Usage, count_attempts
 from .cache import NoCache, ResponseCache, open_cache, request_key
 from .pricing import Price, PriceTable
@@ -40,7 +40,6 @@ __all__ = [
 ]
 
 KINDS = ("openai", "anthropic", "replay")
-KEY_VARIABLES = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
 BASE_URL_VARIABLES = {"openai": "OPENAI_BASE_URL", "anthropic": "ANTHROPIC_BASE_URL"}
 # OpenAI-compatible servers (vLLM, Ollama, llama.cpp) accept any key; the SDK insists on one.
 LOCAL_KEY = "unused-local-key"

@@ -12,7 +12,7 @@ import sqlite3
 import time
 from pathlib import Path
 
-from ..core import UsageError, redact
+from ..core import UsageError, defaults, redact
 from .base import Reply, Tool
 
 SCHEMA = "CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, reply TEXT NOT NULL, created REAL NOT NULL)"
@@ -21,8 +21,7 @@ SCHEMA = "CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, reply TEXT
 def default_path() -> Path:
     if os.environ.get("MBSKILLS_CACHE"):
         return Path(os.environ["MBSKILLS_CACHE"])
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return base / "mbskills" / "responses.sqlite"
+    return defaults.cache_home() / "responses.sqlite"
 
 
 def request_key(identity: dict, system: str, messages: list[dict], tools: tuple[Tool, ...] | list[Tool], trial: int) -> str:

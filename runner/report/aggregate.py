@@ -113,7 +113,7 @@ def _interval(diffs: list[float]) -> str | None:
 
 def _activation(cell: list[RecordGrade]) -> dict | None:
     """Process behaviours where a skill tool was offered: did the agent read the skill."""
-    offered = [g for g in cell if g.routing is not None and g.process_passed is not None and g.status != RECORD_ERROR]
+    offered = [g for g in cell if g.routing is not None and g.process_passed is not None]  # records that did not run have no verdicts
     if not offered:
         return None
     passes = sum(1 for g in offered if g.process_passed)
