@@ -1,7 +1,7 @@
 """The GPU tier's launcher (gpu/validate.sh runs it): find the GPUs, install the prepared
 wheels, run every GPU check under torchrun, write one results file.
 
-    gpu/validate.sh [--out FILE] [--nproc N] [--only fsdp|overlap] [--wheels DIR] [--timeout S]
+    gpu/validate.sh [--out FILE] [--nproc N] [--only SKILL|CHECK] [--wheels DIR] [--timeout S]
 
 Standard library only: it runs before anything is installed, on the GPU machine's own
 Python. Steps, each stopping with one line on stderr when it cannot go on:
@@ -40,7 +40,10 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from runner.claims.gpu import CHECKS, tp_size_for  # noqa: E402 - stdlib only at import
+from runner.claims.gpu import discover  # noqa: E402 - stdlib only at import
+
+# Every GPU check the skills of this bundle carry (skills/<skill>/checks/, stdlib at import).
+CHECKS = discover(REPO)
 
 PROG = "gpu/validate.sh"
 PINS = REPO / "gpu" / "wheels.txt"
@@ -83,7 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog=PROG, description="Run the GPU checks of every skill (a tiny GPT through Megatron-Bridge's pretrain() with each SKILL.md's enablement block) and write one results file for `mbskills check --gpu-results`.")
     parser.add_argument("--out", help="results file (default: $OUT/gpu-results.json when $OUT is set, else out/gpu/gpu-results.json)")
     parser.add_argument("--nproc", help="processes per check, one per GPU (default: every GPU present)")
-    parser.add_argument("--only", choices=("fsdp", "overlap"), help="only this skill's checks")
+    parser.add_argument("--only", choices=sorted({c.skill for c in CHECKS.values()} | set(CHECKS)), metavar="SKILL|CHECK", help="only this skill's checks, or only this check")
     parser.add_argument("--wheels", help="folder of prepared wheels (default: .whl/ at the repository root, when present)")
     parser.add_argument("--timeout", default=str(DEFAULT_TIMEOUT), help=f"seconds per check before it is stopped (default: {DEFAULT_TIMEOUT})")
     return parser
@@ -276,7 +279,7 @@ def probe_versions(python: str, environ: dict[str, str]) -> dict[str, str | None
 
 
 def selected_checks(only: str | None) -> list[str]:
-    return [name for name, check in CHECKS.items() if only is None or check.group == only]
+    return [name for name, check in CHECKS.items() if only is None or only in (name, check.skill)]
 
 
 def skip_reason(name: str, nproc: int, te_version: str | None) -> str | None:
@@ -285,8 +288,8 @@ def skip_reason(name: str, nproc: int, te_version: str | None) -> str | None:
     needs = []
     if nproc < check.min_gpus:
         needs.append(f"at least {check.min_gpus} GPUs (this run has {nproc})")
-    elif name == "overlap-tp" and tp_size_for(nproc) is None:
-        needs.append(f"a GPU count divisible by 2 (this run has {nproc})")
+    elif nproc % check.divisible_by:
+        needs.append(f"a GPU count divisible by {check.divisible_by} (this run has {nproc})")
     if check.needs_te and te_version is None:
         needs.append("Transformer Engine (not installed here)")
     return f"needs {' and '.join(needs)}" if needs else None
@@ -335,10 +338,8 @@ def run_check(name: str, python: str, nproc: int, options: Options, env: dict[st
     for stale in fragments.glob(f"{name}.rank*.json"):
         stale.unlink()
     check_env = dict(env)
-    if name == "overlap-tp":
-        check_env["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"  # what TP overlap on Hopper runs with
-    else:
-        check_env.pop("CUDA_DEVICE_MAX_CONNECTIONS", None)  # FSDP rejects 1
+    check_env.pop("CUDA_DEVICE_MAX_CONNECTIONS", None)  # none inherited: FSDP rejects 1
+    check_env.update(CHECKS[name].env)  # what the skill's check asks to be launched with
     command = [python, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", str(REPO / "gpu" / "smoke.py"), "--check", name, "--out-dir", str(fragments), "--workdir", str(workdir)]
     log = logs / f"{name}.log"
     say(f"{name}: torchrun --standalone --nproc_per_node={nproc} gpu/smoke.py --check {name} (log: {log})")

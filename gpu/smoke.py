@@ -1,6 +1,6 @@
 """One GPU check, run by every rank that torchrun starts (gpu/launch.py starts it).
 
-    torchrun --standalone --nproc_per_node=N gpu/smoke.py --check fsdp --out-dir DIR --workdir DIR
+    torchrun --standalone --nproc_per_node=N gpu/smoke.py --check CHECK --out-dir DIR --workdir DIR
 
 Each rank initialises NCCL on its own GPU, trains with runner.claims.gpu.run_check, and
 writes DIR/<check>.rank<R>.json: one result entry (runner/core/schemas/gpu-results.schema.json,
@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from runner.claims.gpu import CHECKS  # noqa: E402 - stdlib only; the heavy imports come below
+from runner.claims.gpu import discover  # noqa: E402 - stdlib only; the heavy imports come below
 
 # ModelOpt (imported by Bridge's gpt_step and checkpointing) imports pulp at module level for
 # a NAS searcher that pretrain() never runs; pulp is not carried (16 MiB of solver binaries).
@@ -49,8 +49,8 @@ def _write(path: Path, entry: dict) -> None:
     os.replace(temporary, path)
 
 
-def _crash_entry(name: str, error: BaseException) -> dict:
-    check = CHECKS[name]
+def _crash_entry(name: str, bundle: Path, error: BaseException) -> dict:
+    check = discover(bundle)[name]
     frames = traceback.extract_tb(error.__traceback__)
     where = f" ({Path(frames[-1].filename).name}:{frames[-1].lineno})" if frames else ""
     message = " ".join(f"{type(error).__name__}: {error}".split())
@@ -93,11 +93,13 @@ def _run(name: str, bundle: Path, workdir: Path, rank: int, local_rank: int, wor
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="gpu/smoke.py", description=__doc__.splitlines()[0])
-    parser.add_argument("--check", required=True, choices=sorted(CHECKS))
+    parser.add_argument("--check", required=True, help="a GPU check a skill of the bundle registers")
     parser.add_argument("--out-dir", required=True, help="where each rank writes <check>.rank<R>.json")
     parser.add_argument("--workdir", required=True, help="scratch space shared by the ranks (checkpoints)")
     parser.add_argument("--bundle", default=str(REPO), help="the bundle whose SKILL.md blocks configure the run")
     args = parser.parse_args(argv)
+    if args.check not in discover(Path(args.bundle)):
+        parser.error(f"--check {args.check}: no skill of {args.bundle} registers it (have: {', '.join(sorted(discover(Path(args.bundle))))})")
     rank = int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     world = int(os.environ.get("WORLD_SIZE", "1"))
@@ -107,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         entry = _run(args.check, Path(args.bundle), Path(args.workdir), rank, local_rank, world)
         code = 0
     except BaseException as error:  # noqa: BLE001 - SystemExit from the training loop included
-        entry, code = _crash_entry(args.check, error), 1
+        entry, code = _crash_entry(args.check, Path(args.bundle), error), 1
         traceback.print_exc()
     entry["rank"] = rank
     _write(out / f"{args.check}.rank{rank}.json", entry)

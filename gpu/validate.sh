@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU tier in one command, for a machine with NVIDIA GPUs and no network:
-#   bash gpu/validate.sh [--out FILE] [--nproc N] [--only fsdp|overlap] [--wheels DIR] [--timeout S]
+#   bash gpu/validate.sh [--out FILE] [--nproc N] [--only SKILL|CHECK] [--wheels DIR] [--timeout S]
 # Installs the wheels that gpu/prepare_wheels.sh put in .whl/, runs every GPU check with
 # torchrun on all GPUs, writes one results file ($OUT/gpu-results.json when $OUT is set,
 # else out/gpu/gpu-results.json) for `mbskills check --gpu-results FILE --write-cards`.

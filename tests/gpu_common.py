@@ -21,9 +21,18 @@ GPU_CLAIMS = {(FSDP, "fsdp-gpu-train-save-resume"), (OVERLAP, "overlap-gpu-dp-ov
 @pytest.fixture(scope="module")
 def checks():
     """The registered claim checks (imports Megatron-Bridge once per module)."""
+    from runner.claims.plugins import skill_roots
     from runner.claims.run import load_checks
 
-    return load_checks()
+    return load_checks(skill_roots(REPO))
+
+
+def skill_module(skill: str, stem: str):
+    """A module of a skill's checks/ folder, as the engine loaded it (after `checks`)."""
+    from runner.claims.plugins import load_skill_checks, package_name
+
+    load_skill_checks(REPO / "skills" / skill)
+    return sys.modules[f"{package_name(skill)}.{stem}"]
 
 
 def context(skill: str, claim: str, root: Path = REPO):

@@ -197,7 +197,7 @@ def test_notes_match_by_claim_glob_and_release(tmp_path):
     path = tmp_path / "notes.yaml"
     path.write_text("notes:\n  - claims: [overlap-*, fsdp-ckpt-format]\n    releases: 0.5.1\n    note: >\n      folded\n      text\n  - claims: '*'\n    releases: ['0.4.*', '0.3.0']\n    note: everything\n")
     notes = load_notes(path)
-    assert notes[0] == Note(("overlap-*", "fsdp-ckpt-format"), ("0.5.1",), "folded text", 2)
+    assert notes[0] == Note(("overlap-*", "fsdp-ckpt-format"), ("0.5.1",), "folded text", 2, path)
     assert note_for(notes, "overlap-env-vars", "0.5.1") is notes[0]
     assert note_for(notes, "fsdp-ckpt-format", "0.5.1") is notes[0]
     assert note_for(notes, "overlap-env-vars", "0.5.0") is None
@@ -222,10 +222,19 @@ def test_a_bad_notes_file_is_one_line_naming_file_and_line(tmp_path, text, where
     assert str(error.value).startswith(f"{path}{where}") and "\n" not in str(error.value)
 
 
+def test_a_skills_notes_explain_its_own_claims_only(tmp_path):
+    path = tmp_path / "notes.yaml"
+    path.write_text("notes:\n  - claims: '*-release'\n    releases: 0.5.1\n    note: range moved\n")
+    notes = load_notes(path, skill="skill-a")
+    assert note_for(notes, "a-release", "0.5.1", "skill-a") is notes[0]
+    assert note_for(notes, "b-release", "0.5.1", "skill-b") is None  # another skill's cell stays unexplained
+
+
 def test_the_shipped_notes_name_a_release_and_an_upstream_change():
-    notes = load_notes()
-    assert notes, "runner/claims/data/drift-notes.yaml has no notes"
+    notes = drift.skill_notes(REPO)
+    assert {n.skill for n in notes} >= {"nemo-mbridge-perf-megatron-fsdp", "nemo-mbridge-perf-tp-dp-comm-overlap"}, "each skill's checks/drift-notes.yaml"
     for note in notes:
+        assert note.path == REPO / "skills" / note.skill / "checks" / "drift-notes.yaml"
         assert all(drift._RELEASE.match(r) for r in note.releases), f"line {note.line}: list releases one by one, as reviewed"
         assert ("megatron/bridge/" in note.text or "runner/claims/" in note.text) and any(r in note.text for r in ("0.5", "0.6")), f"line {note.line}: name the file and the release of the change"
 

@@ -12,7 +12,7 @@ from conftest import copy_bundle
 from runner.cli import main
 from runner.load import Bundle
 
-from gpu_common import FSDP, GPU_CLAIMS, OVERLAP, checks, context, snapshot_cards  # noqa: F401 - checks is a fixture
+from gpu_common import FSDP, GPU_CLAIMS, OVERLAP, checks, context, skill_module, snapshot_cards  # noqa: F401 - checks is a fixture
 
 
 # --- the smoke configs, built on CPU from each SKILL.md ---------------------------------
@@ -20,7 +20,10 @@ from gpu_common import FSDP, GPU_CLAIMS, OVERLAP, checks, context, snapshot_card
 
 def test_fsdp_smoke_configs_come_from_the_block_and_validate(checks, tmp_path):
     from runner.claims.environment import quiet, resolve
-    from runner.claims.gpu import FSDP_ITERS, FSDP_SAVE_AT, HIDDEN, NUM_LAYERS, fsdp_configs, smoke_base
+    from runner.claims.gpu import HIDDEN, NUM_LAYERS, smoke_base
+
+    fsdp_gpu = skill_module(FSDP, "gpu")
+    FSDP_ITERS, FSDP_SAVE_AT, fsdp_configs = fsdp_gpu.FSDP_ITERS, fsdp_gpu.FSDP_SAVE_AT, fsdp_gpu.fsdp_configs
 
     base = smoke_base(1, train_iters=FSDP_ITERS, te=False)
     assert base.ddp.use_megatron_fsdp is False and base.checkpoint.ckpt_format == "torch_dist"  # the block supplies both
@@ -42,7 +45,7 @@ def test_overlap_smoke_configs_come_from_the_block_and_validate(checks):
     from megatron.bridge.training import comm_overlap
 
     from runner.claims.environment import quiet, resolve
-    from runner.claims.gpu import overlap_config
+    overlap_config = skill_module(OVERLAP, "gpu").overlap_config
 
     for world_size, on in ((1, False), (2, True), (4, True)):
         cfg = overlap_config(context(OVERLAP, "overlap-gpu-dp-overlap-trains"), world_size, tp=1, te=False)

@@ -45,7 +45,9 @@ elif argv[:1] == ["-c"]:
 elif argv[:2] == ["-m", "pip"]:
     sys.exit(int(os.environ.get("FAKE_PIP_STATUS", "0")))
 elif argv[:2] == ["-m", "torch.distributed.run"]:
-    from runner.claims.gpu import CHECKS
+    from pathlib import Path
+    from runner.claims.gpu import discover
+    CHECKS = discover(Path({repo!r}))
     name, out = argv[argv.index("--check") + 1], argv[argv.index("--out-dir") + 1]
     mode = os.environ.get("FAKE_" + name.upper().replace("-", "_"), "passed")
     if mode == "hang":
@@ -205,7 +207,7 @@ def test_failed_crashed_and_hung_checks_are_recorded_and_exit_1(machine):
 
 
 def test_two_gpus_with_transformer_engine_run_the_tp_check(machine):
-    done = validate_sh(machine, "--only", "overlap", "--wheels", str(machine["wheels"]), "--out", str(machine["out"]), FAKE_GPUS="2", FAKE_TE="2.9.0")
+    done = validate_sh(machine, "--only", OVERLAP, "--wheels", str(machine["wheels"]), "--out", str(machine["out"]), FAKE_GPUS="2", FAKE_TE="2.9.0")
     assert done.returncode == 0, done.stderr
     runs = [c for c in calls(machine) if c[:2] == ["-m", "torch.distributed.run"]]
     assert [r[r.index("--check") + 1] for r in runs] == ["overlap-dp", "overlap-tp"] and all("--nproc_per_node=2" in r for r in runs)
@@ -223,10 +225,11 @@ def test_a_missing_wheel_or_a_failing_pip_is_exit_4(machine):
 
 
 def test_launcher_checks_match_the_gpu_tier_claims():
-    from runner.claims.gpu import CHECKS
+    from runner.claims.gpu import discover
 
-    assert {(c.skill, c.claim) for c in CHECKS.values()} == GPU_CLAIMS
-    for skill in (FSDP, OVERLAP):
+    checks = discover(REPO)
+    assert {(c.skill, c.claim) for c in checks.values()} == GPU_CLAIMS
+    for skill in {c.skill for c in checks.values()}:
         card = yaml.safe_load((REPO / "skills" / skill / "card.yaml").read_text())
         tiers = {(skill, c["id"]) for c in card["claims"] if c.get("tier") == "gpu"}
         assert tiers == {k for k in GPU_CLAIMS if k[0] == skill}

@@ -15,7 +15,7 @@ import pytest
 
 from conftest import REPO
 
-from gpu_common import FSDP, OVERLAP, checks, launch  # noqa: F401 - checks is a fixture
+from gpu_common import FSDP, OVERLAP, checks, launch, skill_module  # noqa: F401 - checks is a fixture
 
 
 # --- the training checks' own logic, with Bridge's pretrain() simulated ------------------
@@ -70,7 +70,10 @@ def simulated(checks, monkeypatch):
     monkeypatch.setattr(torch.distributed, "barrier", lambda *a, **k: None)
 
     def install(bridge):
-        monkeypatch.setattr(gpu, "_pretrain", lambda cfg, recorder=None: bridge(cfg, recorder or gpu._recorder()))
+        fake = lambda cfg, watch=None: bridge(cfg, watch or gpu.recorder())  # noqa: E731
+        for skill in (FSDP, OVERLAP):  # each skill's checks/gpu.py imported pretrain by name
+            monkeypatch.setattr(skill_module(skill, "gpu"), "pretrain", fake)
+        monkeypatch.setattr(skill_module(FSDP, "gpu"), "fingerprint", lambda model: (bridge.weights, bridge.weights ** 2))
         monkeypatch.setattr(gpu, "fingerprint", lambda model: (bridge.weights, bridge.weights ** 2))
         return gpu
 
@@ -116,18 +119,19 @@ def test_overlap_dp_check_reads_what_training_used(simulated, tmp_path, monkeypa
     from megatron.core.optimizer.distrib_optimizer import DistributedOptimizer
 
     gpu = simulated(FakeBridge(DistributedDataParallel, LOSSES))
-    monkeypatch.setattr(gpu, "_ddp_of", lambda model: {"overlap_grad_reduce": False, "overlap_param_gather": False, "use_distributed_optimizer": True})
+    overlap_gpu = skill_module(OVERLAP, "gpu")
+    monkeypatch.setattr(overlap_gpu, "ddp_of", lambda model: {"overlap_grad_reduce": False, "overlap_param_gather": False, "use_distributed_optimizer": True})
     entry = gpu.run_check("overlap-dp", REPO, tmp_path, 1)
     assert entry["status"] == "failed" and "not the distributed optimizer" in entry["reason"]  # the stand-in has no optimizer
 
-    original = gpu._pretrain
+    original = overlap_gpu.pretrain
 
-    def with_optimizer(cfg, recorder=None):
-        run = original(cfg, recorder)
+    def with_optimizer(cfg, watch=None):
+        run = original(cfg, watch)
         run.optimizer = DistributedOptimizer.__new__(DistributedOptimizer)
         return run
 
-    monkeypatch.setattr(gpu, "_pretrain", with_optimizer)
+    monkeypatch.setattr(overlap_gpu, "pretrain", with_optimizer)
     entry = gpu.run_check("overlap-dp", REPO, tmp_path, 1)
     assert entry["status"] == "passed", entry["reason"]
     assert entry["details"]["data_parallel_size"] == 1 and "nothing to overlap" in entry["details"]["note"]

@@ -14,7 +14,8 @@ import pytest
 
 from runner.claims import mutate as mutate_module
 from runner.claims.mutate import generate, load_allow_list, mutate_bundle
-from runner.claims.registry import CHECKS, Check
+from runner.claims.plugins import load_checks_of
+from runner.claims.registry import CHECKS, forget_skill
 from runner.core import UsageError
 from runner.load import Bundle
 
@@ -46,6 +47,11 @@ claims:
 """
 
 
+# The toy skill's own checks, in its checks/ folder as any skill carries them.
+TOY_CHECKS = """from runner.claims.kit import claim
+
+
+@claim("toy-answer")
 def answer(ctx) -> None:
     r = ctx.read("The answer is {n:int}, and it is `{flag:code}` that it is not {m:int}.")
     ctx.expect(r.n == 6 * 7, f"the answer is 42, not {r.n}")
@@ -53,8 +59,10 @@ def answer(ctx) -> None:
     ctx.says("Read it twice.")
 
 
+@claim("toy-loose")
 def loose(ctx) -> None:
     ctx.read("The loose value is {n:int}.")  # read, never compared: its mutants survive
+"""
 
 
 @pytest.fixture()
@@ -65,10 +73,12 @@ def toy_bundle(tmp_path: Path, monkeypatch):
     (skill / "SKILL.md").write_text(SKILL_MD, "utf-8")
     (skill / "card.yaml").write_text(CARD, "utf-8")
     (root / "card.yaml").write_text("skills: [toy-skill]\n", "utf-8")
-    monkeypatch.setitem(CHECKS, (TOY, "toy-answer"), Check(TOY, "toy-answer", answer))
-    monkeypatch.setitem(CHECKS, (TOY, "toy-loose"), Check(TOY, "toy-loose", loose))
-    monkeypatch.setattr("runner.claims.run.load_checks", lambda: CHECKS)  # no Megatron for a toy
-    return root
+    (skill / "checks").mkdir()
+    (skill / "checks" / "toy.py").write_text(TOY_CHECKS, "utf-8")
+    # the plug-ins without Megatron: a toy needs no Bridge
+    monkeypatch.setattr("runner.claims.run.load_checks", lambda roots=(): (load_checks_of(list(roots)), CHECKS)[1])
+    yield root
+    forget_skill(TOY)
 
 
 def test_generate_covers_every_operator_and_only_claim_sections():
@@ -157,10 +167,13 @@ def test_claims_in_references_are_checked_and_mutated(toy_bundle: Path, monkeypa
     (skill / "references" / "extra.md").write_text("# Extra\n\n<!-- claim: toy-ref -->\nThe extra value is 5.\n", "utf-8")
     (skill / "card.yaml").write_text(CARD + "  - id: toy-ref\n    statement: The extra value is 5.\n", "utf-8")
 
-    def extra(ctx) -> None:
-        ctx.expect(ctx.read("The extra value is {n:int}.").n == 5, "the extra value is 5")
-
-    monkeypatch.setitem(CHECKS, (TOY, "toy-ref"), Check(TOY, "toy-ref", extra))
+    (skill / "checks" / "extra.py").write_text(
+        "from runner.claims.kit import claim\n\n\n"
+        "@claim('toy-ref')\n"
+        "def extra(ctx):\n"
+        "    ctx.expect(ctx.read('The extra value is {n:int}.').n == 5, 'the extra value is 5')\n",
+        "utf-8",
+    )
     assert {r.claim: r.status for r in run_checks(Bundle(toy_bundle))}["toy-ref"] == "passed"
     run = mutate_bundle(Bundle(toy_bundle))
     ref = [o for o in run.outcomes if o.mutation.file == "references/extra.md"]

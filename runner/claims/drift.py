@@ -34,7 +34,6 @@ SCHEMA = "mbskills-drift/1"
 CLAIMS_SCHEMA = "mbskills-claims/1"
 PACKAGE = "megatron-bridge"
 COMPLETE = ".complete"  # written last into a layer; a layer without it is not used
-NOTES_FILE = Path(__file__).parent / "data" / "drift-notes.yaml"
 RUNNER_ROOT = Path(__file__).resolve().parents[2]  # the folder holding this `runner` package
 CELLS = {PASSED: "pass", FAILED: "FAIL", NEEDS_GPU: "gpu", ERROR: "error", MISSING: "no-check"}
 NO_NOTE = "no note: explain this drift"
@@ -74,8 +73,12 @@ class Note:
     releases: tuple[str, ...]  # versions or globs
     text: str
     line: int  # in the notes file
+    path: Path | None = None
+    skill: str | None = None  # a skill's own notes explain its claims only; None: any skill's
 
-    def matches(self, claim: str, release: str) -> bool:
+    def matches(self, claim: str, release: str, skill: str | None = None) -> bool:
+        if self.skill is not None and skill is not None and skill != self.skill:
+            return False
         return any(fnmatch.fnmatchcase(claim, c) for c in self.claims) and any(fnmatch.fnmatchcase(release, r) for r in self.releases)
 
 
@@ -123,7 +126,8 @@ def run_drift(
     `out`. The pinned release (the one `python` has installed) always runs: it is what the
     other columns are compared with, and comes first. `cache`: the layers (default ~/.cache/mbskills/drift,
     under $XDG_CACHE_HOME when set); `timeout`: seconds for each install and for each
-    release's claim run; `notes`: the notes file (default: the reviewed one shipped here);
+    release's claim run; `notes`: one notes file for every skill (default: each skill's own
+    checks/drift-notes.yaml);
     `progress` gets one line as each release finishes."""
     bundle_root = Path(bundle_root).resolve()
     if not (bundle_root / "skills").is_dir():
@@ -131,7 +135,7 @@ def run_drift(
     if not timeout > 0:
         raise UsageError(f"timeout {timeout!r}: must be a positive number of seconds")
     wanted = _parse_releases(releases)
-    loaded = load_notes(Path(notes) if notes is not None else NOTES_FILE)
+    loaded = load_notes(Path(notes)) if notes is not None else skill_notes(bundle_root)
     cache = Path(cache) if cache is not None else default_cache()
     env = _base_env()
     pinned = _pinned_release(python, env, timeout)
@@ -142,7 +146,7 @@ def run_drift(
         if progress is not None:
             done = runs[-1]
             progress(f"{PACKAGE} {release}: {len(done.results)} claims in {done.seconds:.1f} s" if done.status == "ok" else f"{PACKAGE} {release}: {done.message}")
-    return _finish(runs, pinned, loaded, Path(out), Path(notes) if notes is not None else NOTES_FILE)
+    return _finish(runs, pinned, loaded, Path(out))
 
 
 def _parse_releases(releases: list[str]) -> list[str]:
@@ -307,7 +311,20 @@ def _verify(release: str, layer: Path | None, versions: dict, imported: str | No
 # --- notes ----------------------------------------------------------------------------------
 
 
-def load_notes(path: Path = NOTES_FILE) -> list[Note]:
+def skill_notes(bundle_root: Path) -> list[Note]:
+    """Every skill's reviewed notes (skills/<skill>/checks/drift-notes.yaml), each for that
+    skill's claims only."""
+    from .plugins import DRIFT_NOTES, checks_dir, skill_roots
+
+    notes = []
+    for root in skill_roots(bundle_root):
+        path = checks_dir(root) / DRIFT_NOTES
+        if path.is_file():
+            notes += load_notes(path, skill=root.name)
+    return notes
+
+
+def load_notes(path: Path, skill: str | None = None) -> list[Note]:
     """The reviewed notes: `notes:` a list of {claims, releases, note}; claims and releases
     are an id/version or a glob, or a list of them."""
     from ..load import load_yaml  # pyyaml: only when drift runs
@@ -324,7 +341,7 @@ def load_notes(path: Path = NOTES_FILE) -> list[Note]:
         claims, releases, text = _strings(entry["claims"]), _strings(entry["releases"]), entry["note"]
         if not claims or not releases or not isinstance(text, str) or not text.strip():
             raise UsageError(f"{path}:{line}: notes[{index}]: 'claims' and 'releases' are a string or a list of strings, 'note' a non-empty string")
-        notes.append(Note(tuple(claims), tuple(releases), " ".join(text.split()), line))
+        notes.append(Note(tuple(claims), tuple(releases), " ".join(text.split()), line, path, skill))
     return notes
 
 
@@ -336,14 +353,14 @@ def _strings(value) -> list[str]:
     return []
 
 
-def note_for(notes: list[Note], claim: str, release: str) -> Note | None:
-    return next((n for n in notes if n.matches(claim, release)), None)
+def note_for(notes: list[Note], claim: str, release: str, skill: str | None = None) -> Note | None:
+    return next((n for n in notes if n.matches(claim, release, skill)), None)
 
 
 # --- the reports ----------------------------------------------------------------------------
 
 
-def _finish(runs: list[ReleaseRun], pinned: str, notes: list[Note], out: Path, notes_path: Path = NOTES_FILE) -> DriftRun:
+def _finish(runs: list[ReleaseRun], pinned: str, notes: list[Note], out: Path) -> DriftRun:
     base = next(r for r in runs if r.pinned)
     # Drift is a claim that holds on the pinned release and not on another; one that fails
     # on the pinned release too is no upstream change (the pinned row reports it).
@@ -354,7 +371,7 @@ def _finish(runs: list[ReleaseRun], pinned: str, notes: list[Note], out: Path, n
             continue
         for result in run.results:
             if result.get("status") in (FAILED, ERROR) and (result.get("skill", ""), result["claim"]) not in broken_at_pin:
-                note = note_for(notes, result["claim"], run.release)
+                note = note_for(notes, result["claim"], run.release, result.get("skill") or None)
                 if note is not None:
                     used.add(note)
                 cells.append(Cell(run.release, result.get("skill", ""), result["claim"], result["status"], result.get("message", ""), note.text if note else None))
@@ -366,7 +383,7 @@ def _finish(runs: list[ReleaseRun], pinned: str, notes: list[Note], out: Path, n
     write_atomic(json_path, json.dumps(build_json(runs, pinned, cells, ok), indent=2) + "\n")
     write_atomic(md_path, build_markdown(runs, pinned, cells))
     unexplained = [c for c in cells if c.note is None]
-    return DriftRun(format_table(runs, cells, stale, notes_path), json_path, md_path, ok, pinned, runs, cells, unexplained, stale)
+    return DriftRun(format_table(runs, cells, stale), json_path, md_path, ok, pinned, runs, cells, unexplained, stale)
 
 
 def _claims(runs: list[ReleaseRun]) -> list[tuple[str, str]]:
@@ -400,7 +417,7 @@ def _grouped(cells: list[Cell]) -> list[tuple[Cell, list[str]]]:
     return list(groups.values())
 
 
-def format_table(runs: list[ReleaseRun], cells: list[Cell], stale: list[Note] = (), notes_path: Path = NOTES_FILE) -> str:
+def format_table(runs: list[ReleaseRun], cells: list[Cell], stale: list[Note] = ()) -> str:
     rows = [["claim", *(_header(r) for r in runs)]] + [[claim, *(_cell(r, (skill, claim)) for r in runs)] for skill, claim in _claims(runs)]
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in rows]
@@ -416,7 +433,7 @@ def format_table(runs: list[ReleaseRun], cells: list[Cell], stale: list[Note] = 
         lines.append(f"{', '.join(releases)} {cell.claim}: {CELLS.get(cell.status, cell.status)}: {cell.message}")
         lines.append(f"  note: {cell.note}" if cell.note else f"  {NO_NOTE}")
     for note in stale:
-        lines.append(f"{notes_path}:{note.line}: note for {', '.join(note.claims)} on {', '.join(note.releases)} matches no failing cell (stale?)")
+        lines.append(f"{note.path}:{note.line}: note for {', '.join(note.claims)} on {', '.join(note.releases)} matches no failing cell (stale?)")
     unexplained = sum(c.note is None for c in cells)
     pinned = base.release if base else "the pinned release"
     lines.append(f"{len(cells)} cells drifted (the claim holds on {pinned}, not there), {unexplained} without a note" if cells else f"no drift: no claim that holds on {pinned} fails on another release that ran")

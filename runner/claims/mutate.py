@@ -290,7 +290,7 @@ def mutate_bundle(bundle: Bundle, *, skills: list[str] | None = None, pattern: s
     allow_path = allow_path or bundle.root / ALLOW_FILE
     allowed = load_allow_list(allow_path)
     start = time.perf_counter()
-    load_checks()
+    load_checks([root for root in bundle.skill_dirs() if not skills or root.name in skills])
     scores, outcomes, used = [], [], set()
     with quiet(stderr=True):  # a mutated script's argparse usage line must not reach the terminal
         for root in bundle.skill_dirs():

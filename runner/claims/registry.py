@@ -40,13 +40,23 @@ class Check:
 CHECKS: dict[tuple[str, str], Check] = {}
 
 
-def claim(skill: str, claim_id: str, tier: str = "cpu") -> Callable[[Callable[["Context"], None]], Callable[["Context"], None]]:
-    """Register a check. A `tier="gpu"` check runs on CPU too, but only to build and validate
-    what the GPU run (gpu/validate.sh) will train; passing it reports the claim as needing a GPU."""
+def claim(claim_id: str, tier: str = "cpu") -> Callable[[Callable[["Context"], None]], Callable[["Context"], None]]:
+    """Register a check for claim `claim_id` of the skill whose `checks/` folder holds the
+    decorated function (runner/claims/plugins.py loads it). A `tier="gpu"` check runs on CPU
+    too, but only to build and validate what the GPU run (gpu/validate.sh) will train;
+    passing it reports the claim as needing a GPU."""
     if tier not in TIERS:
-        raise ValueError(f"{skill}/{claim_id}: tier must be one of {TIERS}, not {tier!r}")
+        raise ValueError(f"{claim_id}: tier must be one of {TIERS}, not {tier!r}")
+    from .plugins import skill_of_module
+
+    # The module that calls claim() owns the check, so a shared function (the release check)
+    # can be registered by each skill as its own.
+    caller = inspect.currentframe().f_back.f_globals.get("__name__", "")
 
     def register(func: Callable[["Context"], None]) -> Callable[["Context"], None]:
+        skill = skill_of_module(caller)
+        if skill is None:
+            raise RuntimeError(f"claim({claim_id!r}) in {caller}: checks register from a skill's checks/ folder (runner/claims/plugins.py)")
         key = (skill, claim_id)
         if key in CHECKS:
             raise RuntimeError(f"two checks registered for {skill}/{claim_id}")
@@ -54,6 +64,16 @@ def claim(skill: str, claim_id: str, tier: str = "cpu") -> Callable[[Callable[["
         return func
 
     return register
+
+
+def forget_skill(skill: str) -> None:
+    """Drop every check registered for `skill` (before its checks are loaded again)."""
+    for key in [k for k in CHECKS if k[0] == skill]:
+        del CHECKS[key]
+    from .gpu import GPU_CHECKS
+
+    for name in [n for n, c in GPU_CHECKS.items() if c.skill == skill]:
+        del GPU_CHECKS[name]
 
 
 def _squash(text: str) -> str:

@@ -1,4 +1,4 @@
-"""The release claim each skill opens with: the Megatron-Bridge range (and megatron-core
+"""The release check a skill registers for the claim it opens with (`kit.check_release`): the Megatron-Bridge range (and megatron-core
 release) it states must contain what is installed, and its front matter and card must
 state the same range. Under `mbskills drift` this is the claim that says which releases
 the skill holds for."""
@@ -9,7 +9,7 @@ import re
 
 from ..load import CARD_FILE, load_yaml
 from .environment import versions
-from .registry import ClaimFailed, Context, claim
+from .registry import ClaimFailed, Context
 from .sections import read_skill_sections
 
 RANGE_RE = re.compile(r"(\d+(?:\.\d+)+)(?: to (\d+(?:\.\d+)+))?")
@@ -62,6 +62,3 @@ def check_release(ctx: Context) -> None:
     targets = card.get("targets", {})
     ctx.expect((targets.get("megatron-bridge"), targets.get("megatron-core")) == (r.bridge, r.core), f"{s.card} targets {targets.get('megatron-bridge')} / {targets.get('megatron-core')}, SKILL.md says {r.bridge} / {r.core}")
 
-
-for _skill, _claim_id in (("nemo-mbridge-perf-megatron-fsdp", "fsdp-release"), ("nemo-mbridge-perf-tp-dp-comm-overlap", "overlap-release")):
-    claim(_skill, _claim_id)(check_release)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from ..core import UsageError
 from ..load import CARD_FILE, Bundle, load_yaml
+from .plugins import load_checks_of
 from .registry import CHECKS, Context
 from .sections import DuplicateClaim, read_skill_sections
 from .status import ERROR, FAILED, MISSING, NEEDS_GPU, PASSED, cpu_card_status
@@ -32,8 +33,9 @@ class ClaimResult:
     tier: str = "cpu"
 
 
-def load_checks() -> dict:
-    """Import the heavy side once: TE placeholders first, then Bridge's config layer and the checks."""
+def load_checks(skill_roots: list[Path] = ()) -> dict:
+    """Import the heavy side once: TE placeholders first, then Bridge's config layer; then
+    the checks each skill in `skill_roots` carries in its checks/ folder (plugins.py)."""
     import os
 
     from .environment import install_te_placeholders, quiet
@@ -43,17 +45,17 @@ def load_checks() -> dict:
     try:
         with quiet(stderr=True):
             import megatron.bridge.training.config  # noqa: F401 - the one slow import, timed apart from the checks
-
-            from . import fsdp, fsdp_topics, overlap, overlap_topics, release  # noqa: F401 - registering their checks is the point
     except ImportError as error:
         raise UsageError(f"cannot import the pinned Megatron-Bridge ({error}); set up the environment with `bash run.sh`") from None
+    with quiet(stderr=True):
+        load_checks_of(list(skill_roots))
     return CHECKS
 
 
 def run_checks(bundle: Bundle, *, skills: list[str] | None = None, pattern: str = "*") -> list[ClaimResult]:
     from .environment import quiet
 
-    load_checks()
+    load_checks([root for root in bundle.skill_dirs() if not skills or root.name in skills])
     with quiet():
         return _run_all(bundle, skills, pattern)
 

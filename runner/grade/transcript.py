@@ -69,7 +69,7 @@ _RATHER = re.compile(r"\b(?:rather\s+than|instead\s+of|not)\s+(?:the|a|an)\s+((?
 
 def _skill_named(phrase: str, skill_names: list[str]) -> str | None:
     """The skill a phrase names: its id, or the one skill whose name shares the most words
-    with it ("Megatron FSDP" -> nemo-mbridge-perf-megatron-fsdp); None when no single one."""
+    with it ("Megatron FSDP" -> a skill named x-megatron-fsdp); None when no single one."""
     for name in skill_names:
         if name in phrase:
             return name

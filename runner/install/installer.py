@@ -21,10 +21,10 @@ from pathlib import Path
 
 from .. import __version__
 from ..core import UsageError, write_atomic
-from ..load import Bundle
+from ..load import PRIVATE_DIRS, Bundle
 
 LEGACY_MANIFEST = ".mbskills-manifest.json"  # where earlier installs put it; read, and moved out on reinstall
-LEFT_OUT_DIRS = {"evals", "__pycache__", ".pytest_cache"}
+LEFT_OUT_DIRS = {"__pycache__", ".pytest_cache", *PRIVATE_DIRS}
 LEFT_OUT_SUFFIXES = {".pyc", ".pyo"}
 
 
@@ -37,7 +37,7 @@ def _sha256(path: Path) -> str:
 
 
 def _shipped(root: Path) -> list[Path]:
-    """The files of a skill that are installed, relative to its root."""
+    """The files of a skill that are installed, relative to its root (not evals/ or checks/)."""
     out = []
     for path in sorted(root.rglob("*")):
         relative = path.relative_to(root)

@@ -7,7 +7,7 @@ from .cases import AGENTSKILLS, FLAT, MAX_CASE_FILE_BYTES, Behaviour, Case, Eval
 from .checks import Check, load_checks, read_checks, sidecar_for
 from .labelled import DEV, HELD_OUT, TRAINING, Labelled, load_labelled, require_labels
 from .parsing import Located, SkillDocument, load_json, load_yaml, read_text, split_frontmatter
-from .skills import CARD_FILE, EVALS_FILE, SKILL_FILE, Bundle, Skill, find_bundle, is_bundle, is_skill, load_skill, owning_skill_root
+from .skills import CARD_FILE, EVALS_FILE, PRIVATE_DIRS, SKILL_FILE, Bundle, Skill, find_bundle, is_bundle, is_skill, load_skill, owning_skill_root
 
 __all__ = [
     "AGENTSKILLS",
@@ -17,6 +17,7 @@ __all__ = [
     "Case",
     "Check",
     "EVALS_FILE",
+    "PRIVATE_DIRS",
     "EvalsFile",
     "FLAT",
     "DEV",

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ..core import LoadError, UsageError
 from .cases import Case, read_evals
-from .skills import EVALS_FILE, Bundle, Skill, find_bundle, is_bundle
+from .skills import EVALS_FILE, PRIVATE_DIRS, Bundle, Skill, find_bundle, is_bundle
 
 # This package's own checkout, when it runs from one (an editable install or a clone).
 SOURCE_CHECKOUT = Path(__file__).resolve().parents[2]
@@ -70,7 +70,7 @@ def select_cases(cases: list[Case], *, skills: list[str] | None = None, pattern:
 
 def bundle_files(root: Path, skills: list[Skill], cases: list[Case]) -> dict[str, str]:
     """sha256 of every file that decides a run or its grades, by path under `root`: each
-    skill's files but evals/ (SKILL.md, references, scripts: what a model can see), and the
+    skill's files but evals/ and checks/ (SKILL.md, references, scripts: what a model can see), and the
     evals files holding `cases` with their checks sidecars (what grades the answers)."""
     from .checks import sidecar_for
 
@@ -83,7 +83,7 @@ def bundle_files(root: Path, skills: list[Skill], cases: list[Case]) -> dict[str
     paths = []
     for skill in skills:
         # a skill's evals/ enters below, through the cases that come from it
-        paths += [p for p in skill.root.rglob("*") if p.is_file() and "__pycache__" not in p.parts and p.relative_to(skill.root).parts[0] != "evals"]
+        paths += [p for p in skill.root.rglob("*") if p.is_file() and "__pycache__" not in p.parts and p.relative_to(skill.root).parts[0] not in PRIVATE_DIRS]
     for source in {c.source for c in cases}:
         paths += [source] + [s for s in (sidecar_for(source),) if s.is_file()]
     return {name(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(paths)}

@@ -11,6 +11,9 @@ from .parsing import SkillDocument, read_text, split_frontmatter
 SKILL_FILE = "SKILL.md"
 CARD_FILE = "card.yaml"
 EVALS_FILE = Path("evals") / "evals.json"
+# A skill's folders for the project, not the agent: its eval cases (ground truth) and its
+# claim checks. Installs, the skill tools and the run's fingerprint leave them out.
+PRIVATE_DIRS = frozenset({"evals", "checks"})
 
 
 @dataclass

@@ -9,8 +9,8 @@ frontmatter says what the recorded agent did under the `skills` condition before
 answering:
 
     ---
-    activate: nemo-mbridge-perf-megatron-fsdp
-    read: [scripts/fsdp_preflight.py]
+    activate: my-skill
+    read: [scripts/preflight.py]
     ---
 """
 

@@ -9,12 +9,12 @@ import html
 import os
 
 from ..core import MbskillsError
-from ..load import SKILL_FILE, Skill
+from ..load import PRIVATE_DIRS, SKILL_FILE, Skill
 from ..providers import Tool, ToolCall
 
 MAX_FILE_BYTES = 256 * 1024
 MAX_PATH_CHARS = 512
-HIDDEN_TOP = {"evals"}  # eval cases and their ground truth
+HIDDEN_TOP = PRIVATE_DIRS  # eval cases and their ground truth; claim checks (not installed either)
 HIDDEN_FILES = {".mbskills-manifest.json"}  # install bookkeeping
 
 ACTIVATE = Tool(

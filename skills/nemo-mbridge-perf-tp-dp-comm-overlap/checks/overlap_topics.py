@@ -1,4 +1,4 @@
-"""Checks for the sections of skills/nemo-mbridge-perf-tp-dp-comm-overlap that answer problems users reported upstream
+"""Checks for the sections of this skill that answer problems users reported upstream
 (claim ids match the markers in its SKILL.md and references/). Same rule as the other
 check modules: read each stated value from the sentence, compare it with the library.
 
@@ -23,12 +23,11 @@ import warnings
 from pathlib import Path
 from unittest import mock
 
-from ..core import MbskillsError
-from .environment import collect_warnings, preserved_environ, resolve, tiny_config
+from runner.claims.kit import MbskillsError
+from runner.claims.kit import collect_warnings, preserved_environ, resolve, tiny_config
 from .overlap import comm_overlap_module, distinct, get_value, overlap, p2p, set_value
-from .registry import ClaimFailed, Context, assignment, claim, comparison, literal, raised, resolve_symbol, source_of, threshold
+from runner.claims.kit import ClaimFailed, Context, assignment, claim, comparison, literal, raised, resolve_symbol, source_of, threshold
 
-SKILL = "nemo-mbridge-perf-tp-dp-comm-overlap"
 VARIABLE = "CUDA_DEVICE_MAX_CONNECTIONS"
 
 
@@ -219,7 +218,7 @@ def _linear_warnings(environ: dict[str, str], **flags) -> list[str]:
         function.warned = saved
 
 
-@claim(SKILL, "overlap-max-connections-mcore")
+@claim("overlap-max-connections-mcore")
 def max_connections_mcore(ctx: Context) -> None:
     r = ctx.read("**`{setting:code}` is asked for by TP, not by DP overlap.**")
     name, value = assignment(r.setting)
@@ -275,7 +274,7 @@ def _connections_outcome(environ: dict[str, str], arch: int, **layout) -> tuple[
     return None, warned
 
 
-@claim(SKILL, "overlap-max-connections-validate-args")
+@claim("overlap-max-connections-validate-args")
 def max_connections_validate_args(ctx: Context) -> None:
     r = ctx.read(
         "Megatron-LM's `{fn:code}`, which megatron-core ships as `{module:code}`, asserts `{setting:code}` only when TP {op1:>|>=} {tp:int} or CP {op2:>|>=} {cp:int} "
@@ -329,7 +328,7 @@ def _recipe_layout(module: str, function: str) -> dict[str, object]:
     return out
 
 
-@claim(SKILL, "overlap-max-connections-bridge")
+@claim("overlap-max-connections-bridge")
 def max_connections_bridge(ctx: Context) -> None:
     r = ctx.read("**Bridge checks the variable only for Megatron FSDP.** Its one read of `{var:code}` is in `{fn:code}`, so a TP layout with sequence parallelism and DP overlap passes `{updater:code}` whether the variable is unset or set to any value.")
     reads = _reads_of(r.var)
@@ -387,7 +386,7 @@ def _megatron_lm_rejects(fn: str = "validate_args", **flags) -> BaseException | 
     return None
 
 
-@claim(SKILL, "overlap-param-gather-needs-grad-reduce")
+@claim("overlap-param-gather-needs-grad-reduce")
 def param_gather_needs_grad_reduce(ctx: Context) -> None:
     r = ctx.read("**`{gather:code}` without `{reduce:code}` passes Bridge's validation.**")
     gather_field, gather = assignment(r.gather)
@@ -419,7 +418,7 @@ def param_gather_needs_grad_reduce(ctx: Context) -> None:
     ctx.expect(field == reduce_field and _megatron_lm_rejects(s.fn, **{gather_field: gather, field: value}) is None, f"{u.fix} next to {r.gather} is still what Megatron-LM rejects")
 
 
-@claim(SKILL, "overlap-bucket-size-default")
+@claim("overlap-bucket-size-default")
 def bucket_size_default(ctx: Context) -> None:
     r = ctx.read("**`{field:code}` only counts with `{flag:code}`.**")
     flag, on = assignment(r.flag)
@@ -483,7 +482,7 @@ def _ddp_bucket_off_test() -> ast.expr:
     return tests[0]
 
 
-@claim(SKILL, "overlap-bucketing-first-chunk")
+@claim("overlap-bucketing-first-chunk")
 def bucketing_first_chunk(ctx: Context) -> None:
     ctx.says("**Even then, only the first pipeline stage and the first model chunk are bucketed.**")
     r = ctx.read("`{fn:code}` sets `{flag:code}` for every virtual-pipeline model chunk after the first (`{chunk:code}`) and for all chunks when `{gather:code}` is on, and `{cls:code}` drops its bucket size to `{none:code}` when `{flag2:code}` is set or on pipeline ranks after the first (`{rank:code}`).")
@@ -522,7 +521,7 @@ def _optimizer_step_comment(field: str) -> tuple[list[str], ast.If]:
     return [text for number, text in comments[: at[0]] if innermost.lineno < number <= innermost.end_lineno], innermost
 
 
-@claim(SKILL, "overlap-optimizer-step-gather")
+@claim("overlap-optimizer-step-gather")
 def optimizer_step_gather(ctx: Context) -> None:
     r = ctx.read("**`{field:code}` stays off unless you pass it to `{cls:code}`.** It is a field of `{owner:code}` (`{attr:code}`), not of `{other:code}`.")
     from megatron.core.distributed import DistributedDataParallelConfig
@@ -598,7 +597,7 @@ def _first_step_error(model_config, pp: int, vpp: int | None) -> BaseException |
     return None
 
 
-@claim(SKILL, "overlap-p2p-without-vpp")
+@claim("overlap-p2p-without-vpp")
 def p2p_without_vpp(ctx: Context) -> None:
     r = ctx.read("**`{setting:code}` without virtual pipeline stages fails at the first step, not in validation.**")
     field, value = assignment(r.setting)
@@ -639,7 +638,7 @@ def p2p_without_vpp(ctx: Context) -> None:
     ctx.expect(p2p(pp_on, vpp_off if vpp_off > 1 else None)[0] != got[field], f"{v.vpp_field}={vpp_off} also derives {field}={got[field]}: the bound is not {v.op} {v.vpp}")
 
 
-@claim(SKILL, "overlap-p2p-batch-with-vpp")
+@claim("overlap-p2p-batch-with-vpp")
 def p2p_batch_with_vpp(ctx: Context) -> None:
     r = ctx.read("With VPP {op:>|>=} {vpp:int} the opposite mistake fails the same way: passing `{setting:code}` to `{cls:code}` leaves both on, and `{schedule:code}` raises `{error:code}`.")
     field, value = assignment(r.setting)
@@ -659,7 +658,7 @@ def p2p_batch_with_vpp(ctx: Context) -> None:
     ctx.expect(lower.model.overlap_p2p_comm is False, f"at VPP={vpp_off} Bridge also derives overlap_p2p_comm: the bound VPP {r.op} {r.vpp} is not where the mistake starts")
 
 
-@claim(SKILL, "overlap-defer-embedding-wgrad")
+@claim("overlap-defer-embedding-wgrad")
 def defer_embedding_wgrad(ctx: Context) -> None:
     ctx.says("**Deferring the embedding weight gradient needs a limit as well.**")
     r = ctx.read("Bridge derives `{d1:code}` and `{d2:code}` on the model, so passing only `{only:code}` to `{cls:code}` fails `{updater:code}` with `{error:code}`")
@@ -743,7 +742,7 @@ def _tp_model(te: bool, **fields):
     return cfg
 
 
-@claim(SKILL, "overlap-tp-bootstrap-backend")
+@claim("overlap-tp-bootstrap-backend")
 def tp_bootstrap_backend(ctx: Context) -> None:
     ctx.says("**The userbuffers bootstrap backend is NCCL unless you ask for another.**")
     r = ctx.read("`{field:code}` defaults to `{default:code}`, as does megatron-core's `{core:code}`, whose type allows `{a:code}`, `{b:code}` and `{c:code}`.")
@@ -780,7 +779,7 @@ def tp_bootstrap_backend(ctx: Context) -> None:
         ctx.expect(t.ub in ("initialize_ub",) and calls.get(t.ub, {}).get(t.kw) == literal(r.default) and "new_group" not in calls, f"with TE {version}, {t.fn} calls {calls}")
 
 
-@claim(SKILL, "overlap-tp-bootstrap-old-te")
+@claim("overlap-tp-bootstrap-old-te")
 def tp_bootstrap_old_te(ctx: Context) -> None:
     r = ctx.read("Only Transformer Engine older than {version:version} forces MPI: there `{fn:code}` warns that the installed version \"{warning:quote}\", creates a process group with backend `{backend:code}` and calls `{ub:code}` without a backend.")
     from packaging.version import Version
@@ -803,7 +802,7 @@ def tp_bootstrap_old_te(ctx: Context) -> None:
 # --- SKILL.md ---------------------------------------------------------------------------------
 
 
-@claim(SKILL, "overlap-finalize-once")
+@claim("overlap-finalize-once")
 def finalize_once(ctx: Context) -> None:
     r = ctx.read("**`{method:code}` takes its snapshot once.** The first call copies the fields of the `{cls:code}` into `{snapshot:code}` and later calls return early, so edits to `{attr:code}` after a first `{updater:code}` change nothing.")
     config_cls = getattr(comm_overlap_module(), r.cls, None)

@@ -1,4 +1,4 @@
-"""Checks for skills/nemo-mbridge-perf-tp-dp-comm-overlap (claim ids match its SKILL.md markers).
+"""Checks for this skill (claim ids match its SKILL.md markers).
 
 Each check reads the values it tests out of the claim's sentences (`ctx.read`) and
 compares them with what Bridge does; see registry.py for the rule."""
@@ -11,11 +11,10 @@ import re
 import shlex
 from unittest import mock
 
-from .environment import collect_warnings, preserved_environ, resolve, tiny_config
-from .registry import Context, arithmetic, assignment, call, claim, function_source, literal, resolve_symbol, source_of, threshold
-from .registry import get_field as get_value, set_field as set_value
+from runner.claims.kit import collect_warnings, preserved_environ, resolve, tiny_config
+from runner.claims.kit import Context, arithmetic, assignment, call, claim, function_source, literal, resolve_symbol, source_of, threshold
+from runner.claims.kit import get_field as get_value, set_field as set_value
 
-SKILL = "nemo-mbridge-perf-tp-dp-comm-overlap"
 ENABLE = "overlap-enable-override"
 DISABLING = "Disabling tensor parallel communication overlap"
 DP_FIELDS = ("bucket_size", "overlap_grad_reduce", "overlap_param_gather", "align_param_gather")
@@ -48,7 +47,7 @@ def distinct(ctx: Context, *values: str) -> None:
     ctx.expect(len(set(values)) == len(values), f"SKILL.md lists {values}, which repeats a name")
 
 
-@claim(SKILL, ENABLE)
+@claim(ENABLE)
 def enable_override(ctx: Context) -> None:
     r = ctx.read("A layout with all three kinds of overlap (TP={tp:int} with sequence parallelism, PP={pp:int} with {vpp:int} virtual stages, the distributed optimizer for DP):")
     cfg = ctx.apply(tiny_config())
@@ -65,7 +64,7 @@ def enable_override(ctx: Context) -> None:
     ctx.expect(all(kinds.values()), f"the block does not get all three kinds of overlap from Bridge: {kinds}")
 
 
-@claim(SKILL, "overlap-set-through-config")
+@claim("overlap-set-through-config")
 def set_through_config(ctx: Context) -> None:
     r = ctx.read("**Set overlap values on the `{cls:code}`, not on the configs it writes.** With the distributed optimizer on, `{method:code}` replaces the DP fields of `{target:code}` with its own values at every data-parallel size.")
     comm_overlap = comm_overlap_module()
@@ -114,7 +113,7 @@ RUNTIME_STEPS = {
 }
 
 
-@claim(SKILL, "overlap-applied-at-runtime-update")
+@claim("overlap-applied-at-runtime-update")
 def applied_at_runtime_update(ctx: Context) -> None:
     r = ctx.read("Nothing is resolved when you assign `{attr:code}`.")
     cfg = tiny_config(distributed_optimizer=True)
@@ -136,7 +135,7 @@ def applied_at_runtime_update(ctx: Context) -> None:
     ctx.says("Inspect the resolved values after that call, not after building the recipe.")
 
 
-@claim(SKILL, "overlap-tp-gates")
+@claim("overlap-tp-gates")
 def tp_gates(ctx: Context) -> None:
     r = ctx.read("**TP overlap** stays on only if TP {op:>=|>|<=|<} {tp:int}, `{sp:code}` and Transformer Engine imports.")
     sp_field, sp_value = assignment(r.sp)
@@ -170,7 +169,7 @@ def p2p(pp: int, vpp: int | None) -> tuple[bool, bool]:
     return cfg.model.overlap_p2p_comm, cfg.model.batch_p2p_comm
 
 
-@claim(SKILL, "overlap-pp-p2p")
+@claim("overlap-pp-p2p")
 def pp_p2p(ctx: Context) -> None:
     r = ctx.read(
         "**PP overlap**: with PP {op1:>=|>} {pp1:int} and VPP {op2:>=|>} {vpp1:int}, Bridge sets `{a:code}` and `{b:code}` on the model config; "
@@ -197,7 +196,7 @@ def pp_p2p(ctx: Context) -> None:
     ctx.expect(p2p(pp, enough)[0] is True and p2p(pp, too_few if too_few > 1 else None)[0] is False, f"overlap_p2p_comm does not switch at {n.field} {n.op} {n.vpp}")
 
 
-@claim(SKILL, "overlap-dp-defaults")
+@claim("overlap-dp-defaults")
 def dp_defaults(ctx: Context) -> None:
     r = ctx.read(
         "**DP overlap**: when the data-parallel size is above {dp:int} and `{flag:code}` is `{flag_value:code}`, Bridge sets on `{target:code}`: "
@@ -245,7 +244,7 @@ def dp_defaults(ctx: Context) -> None:
     ctx.expect(not any(getattr(single, field) for field in named), f"at data-parallel size {z.dp}: {[(f, getattr(single, f)) for f in sorted(named)]}")
 
 
-@claim(SKILL, "overlap-dp-needs-distributed-optimizer")
+@claim("overlap-dp-needs-distributed-optimizer")
 def dp_needs_distributed_optimizer(ctx: Context) -> None:
     ctx.says("**Pitfall: no distributed optimizer, no DP overlap from Bridge.**")
     r = ctx.read("If `{flag:code}` is `{value:code}`, `{method:code}` leaves `{t1:code}` and `{t2:code}` untouched: the bucket size and the overlap flags are whatever you set yourself.")
@@ -269,7 +268,7 @@ def dp_needs_distributed_optimizer(ctx: Context) -> None:
     ctx.expect(not user_values(not literal(r.value)), f"with {r.flag}={not literal(r.value)} setup() also leaves them: the flag would not matter")
 
 
-@claim(SKILL, "overlap-user-values-win")
+@claim("overlap-user-values-win")
 def user_values_win(ctx: Context) -> None:
     r = ctx.read("**Values passed to `{cls:code}` win.** Any of its fields that is not `{unset:code}` (for example `{e1:code}` or `{e2:code}`) replaces the derived default: on the model for the PP fields, on `{dp_target:code}` for the DP fields.")
     ctx.expect(r.cls == comm_overlap_module().CommOverlapConfig.__name__, f"SKILL.md names {r.cls!r}")
@@ -294,7 +293,7 @@ def user_values_win(ctx: Context) -> None:
         ctx.expect((where == "model") == (kind == "PP"), f"{field} is a {kind} field")
 
 
-@claim(SKILL, "overlap-bucket-size-units")
+@claim("overlap-bucket-size-units")
 def bucket_size_units(ctx: Context) -> None:
     r = ctx.read("**`{field:code}` counts {unit:parameters|bytes}, not {other:parameters|bytes}.** megatron-core documents `{owner:code}` as the \"{doc:quote}\", so `{value:code}` means {mi:int} Mi parameters per bucket.")
     cls_name, _, attr = r.owner.rpartition(".")
@@ -314,7 +313,7 @@ def bucket_size_units(ctx: Context) -> None:
 PRESET_NAME = r"userbuffers_(bf16|fp8)_[a-z0-9]+_h\d+_tp\d+_(cp\d+_)?mbs\d+_seqlen\d+"
 
 
-@claim(SKILL, "overlap-tp-preset")
+@claim("overlap-tp-preset")
 def tp_preset(ctx: Context) -> None:
     r = ctx.read("`{module:code}` ships `{cls:code}` presets named after dtype, GPU, hidden size, TP, micro-batch and sequence length (a few end in `{suffix:code}`), for example `{name:code}`:")
     module = resolve_symbol(r.module)
@@ -344,7 +343,7 @@ def tp_preset(ctx: Context) -> None:
     ctx.expect(m.message in run_setup(bare, 4, True), f"no-preset warning is not {m.message!r}")
 
 
-@claim(SKILL, "overlap-precision-knobs")
+@claim("overlap-precision-knobs")
 def precision_knobs(ctx: Context) -> None:
     from megatron.bridge.training.mixed_precision import bf16_mixed
 
@@ -383,7 +382,7 @@ def _resolved_recipe():
     return resolve(cfg)
 
 
-@claim(SKILL, "overlap-env-vars")
+@claim("overlap-env-vars")
 def env_vars(ctx: Context) -> None:
     import pathlib
 
@@ -422,7 +421,7 @@ def env_vars(ctx: Context) -> None:
     ctx.expect_raises(lambda: resolve(cfg, environ={name: value}), AssertionError, name)
 
 
-@claim(SKILL, "overlap-code-anchors")
+@claim("overlap-code-anchors")
 def code_anchors(ctx: Context) -> None:
     r = ctx.read("- `{cls:code}`: `{m1:code}`, `{m2:code}`, `{m3:code}` (TP gates, PP p2p), `{m4:code}` (DP defaults), `{m5:code}` (values passed to the config win).")
     cls = resolve_symbol(r.cls)
@@ -448,7 +447,7 @@ def code_anchors(ctx: Context) -> None:
     ctx.expect({d.f1, d.f2, d.f3, d.f4} == set(DP_FIELDS) and all(f in {x.name for x in dataclasses.fields(owner)} for f in DP_FIELDS), f"{d.ddp} fields named: {d.f1, d.f2, d.f3, d.f4}")
 
 
-@claim(SKILL, "overlap-report-script")
+@claim("overlap-report-script")
 def report_script(ctx: Context) -> None:
     r = ctx.read("Without GPUs, print what Bridge will resolve for a layout with [{label}]({path}).")
     ctx.expect(r.label == r.path, f"the link text {r.label!r} is not its target {r.path!r}")
@@ -484,9 +483,9 @@ def report_script(ctx: Context) -> None:
     ctx.expect("bridge validation: passed" in text and "model.overlap_p2p_comm = True" in text, "the printed report lacks the resolved fields")
 
 
-@claim(SKILL, "overlap-gpu-dp-overlap-trains", tier="gpu")
+@claim("overlap-gpu-dp-overlap-trains", tier="gpu")
 def gpu_dp_overlap_trains(ctx: Context) -> None:
-    """CPU side of the GPU run (runner/claims/gpu.py check_overlap_dp): the block, fitted to
+    """CPU side of the GPU run (checks/gpu.py check_overlap_dp): the block, fitted to
     1 and 2 GPUs, resolves as the GPU run expects: DP overlap off at one rank, on at two."""
     from .gpu import overlap_config
 
@@ -505,9 +504,9 @@ def gpu_dp_overlap_trains(ctx: Context) -> None:
         ctx.expect(got == (expected, expected), f"at data-parallel size {world_size} Bridge resolves ({s.f1}, {s.f2}) to {got}, the skill says {(expected, expected)}")
 
 
-@claim(SKILL, "overlap-gpu-tp-overlap", tier="gpu")
+@claim("overlap-gpu-tp-overlap", tier="gpu")
 def gpu_tp_overlap(ctx: Context) -> None:
-    """CPU side of the GPU run (runner/claims/gpu.py check_overlap_tp): the block at TP=2 with
+    """CPU side of the GPU run (checks/gpu.py check_overlap_tp): the block at TP=2 with
     sequence parallelism keeps TP overlap on once TE is there (HAVE_TE patched: CPU has none)."""
     from .gpu import DISABLING_TP_OVERLAP, overlap_config, tp_size_for
 

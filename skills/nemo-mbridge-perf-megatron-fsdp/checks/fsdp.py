@@ -1,4 +1,4 @@
-"""Checks for skills/nemo-mbridge-perf-megatron-fsdp (claim ids match its SKILL.md markers).
+"""Checks for this skill (claim ids match its SKILL.md markers).
 
 Each check reads its values from the skill's own sentences (`ctx.read` templates) and
 compares them with what the pinned release does: it applies the settings the sentence
@@ -28,10 +28,10 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
-from .environment import TE_ONLY_MODULES, preserved_environ, resolve, tiny_config
-from .registry import get_field as lookup
-from .registry import set_field as assign
-from .registry import (
+from runner.claims.kit import TE_ONLY_MODULES, preserved_environ, resolve, tiny_config
+from runner.claims.kit import get_field as lookup
+from runner.claims.kit import set_field as assign
+from runner.claims.kit import (
     ClaimFailed,
     Context,
     assignment,
@@ -42,7 +42,6 @@ from .registry import (
     source_of,
 )
 
-SKILL = "nemo-mbridge-perf-megatron-fsdp"
 ENABLE = "fsdp-enable-override"
 CONFIG_MODULE = "megatron.bridge.training.config"
 CHECKPOINTS = "/tmp/mbskills-claim-check"
@@ -161,7 +160,7 @@ def bools(cfg: Any, sections: set[str]) -> dict[str, bool]:
 # --- the claims --------------------------------------------------------------------------
 
 
-@claim(SKILL, ENABLE)
+@claim(ENABLE)
 def enable_override(ctx: Context) -> None:
     from megatron.core.distributed import DistributedDataParallelConfig
 
@@ -217,7 +216,7 @@ def enable_override(ctx: Context) -> None:
     ctx.expect(block.get(f"{intro.ddp}.{r.field}") == r.s3, f"the override does not set {r.field} to {r.s3}")
 
 
-@claim(SKILL, "fsdp-validate-side-effects")
+@claim("fsdp-validate-side-effects")
 def validate_side_effects(ctx: Context) -> None:
     r = ctx.read(
         "`{validate:code}` finishes the job: for a config with either FSDP flag set, it sets **both** `{flag_a:code}`"
@@ -246,7 +245,7 @@ def validate_side_effects(ctx: Context) -> None:
     ctx.expect(all(lookup(cfg, name) == value for name, value in expected.items()), "validate() does not set those fields for the skill's override")
 
 
-@claim(SKILL, "fsdp-dist-flag-exists")
+@claim("fsdp-dist-flag-exists")
 def dist_flag_exists(ctx: Context) -> None:
     r = ctx.read("`{field:code}` exists as well: `{bridge:code}` inherits it from megatron-core's `{core:code}`.")
     section, name = relative(r.field)
@@ -280,7 +279,7 @@ def dist_flag_exists(ctx: Context) -> None:
     ctx.expect(sum(t.startswith(owner + ".") for t in block) >= 3, f"{s.mine} is not next to the override's other FSDP settings")
 
 
-@claim(SKILL, "fsdp-average-in-collective")
+@claim("fsdp-average-in-collective")
 def average_in_collective(ctx: Context) -> None:
     from megatron.core.distributed import DistributedDataParallelConfig
 
@@ -310,7 +309,7 @@ def average_in_collective(ctx: Context) -> None:
     ctx.expect(value == r.mine and _squash(r.message) not in lines, f"with {field}={r.mine} validation still prints {r.message!r}")
 
 
-@claim(SKILL, "fsdp-ckpt-format")
+@claim("fsdp-ckpt-format")
 def ckpt_format(ctx: Context) -> None:
     from megatron.bridge.training.config import CheckpointConfig
 
@@ -384,7 +383,7 @@ LLAMA3_8B_CONFIG = {  # the fields of meta-llama/Meta-Llama-3-8B's config.json t
 }
 
 
-@claim(SKILL, "fsdp-recipe-needs-hub")
+@claim("fsdp-recipe-needs-hub")
 def recipe_needs_hub(ctx: Context) -> None:
     import json
 
@@ -424,7 +423,7 @@ def recipe_needs_hub(ctx: Context) -> None:
     ctx.expect(built.checkpoint.ckpt_format == "torch_dist", f"{r.recipe} presets ckpt_format {built.checkpoint.ckpt_format!r}")
 
 
-@claim(SKILL, "fsdp-torch-fsdp2-late-failure")
+@claim("fsdp-torch-fsdp2-late-failure")
 def torch_fsdp2_late_failure(ctx: Context) -> None:
     from megatron.core.distributed import DistributedDataParallelConfig
 
@@ -491,7 +490,7 @@ def torch_fsdp2_late_failure(ctx: Context) -> None:
     raises_exactly(ctx, lambda cfg=cfg: resolve(cfg), exclusive_kind, exclusive)
 
 
-@claim(SKILL, "fsdp-tp-pp-dp-mapping")
+@claim("fsdp-tp-pp-dp-mapping")
 def tp_pp_dp_mapping(ctx: Context) -> None:
     from megatron.bridge.training.config import DistributedInitConfig
 
@@ -512,7 +511,7 @@ def tp_pp_dp_mapping(ctx: Context) -> None:
 NEWER_THAN_HOPPER = re.compile(r"^(?!h100$)[a-z]+\d+$")  # recipe folders per GPU: b200, gb200, gb300, r100, ...
 
 
-@claim(SKILL, "fsdp-cuda-device-max-connections")
+@claim("fsdp-cuda-device-max-connections")
 def cuda_device_max_connections(ctx: Context) -> None:
     r = ctx.read(
         "**{heading}.** With `{env:code}` in the environment, validation fails with `{error:code}` Recipes that set it"
@@ -580,7 +579,7 @@ def cuda_device_max_connections(ctx: Context) -> None:
     ctx.expect(used == {f.used}, f"the recipes for GPUs newer than Hopper set {name} to {sorted(used)}, not all {f.used}")
 
 
-@claim(SKILL, "fsdp-weight-hash-check")
+@claim("fsdp-weight-hash-check")
 def weight_hash_check(ctx: Context) -> None:
     from megatron.bridge.training.config import TrainingConfig
     from megatron.core.distributed.fsdp.src.megatron_fsdp.fully_shard import (
@@ -613,7 +612,7 @@ def weight_hash_check(ctx: Context) -> None:
     ctx.expect(relative(r.field)[0] == "train" and defaults.get(relative(r.field)[-1], object()) == fix, f"{r.field} does not default to {fix!r}")
 
 
-@claim(SKILL, "fsdp-cpu-offloading")
+@claim("fsdp-cpu-offloading")
 def cpu_offloading(ctx: Context) -> None:
     r = ctx.read(
         "**Activation CPU offloading.** People reach for `{field:code}` next to FSDP to save memory. megatron-core's"
@@ -643,7 +642,7 @@ def cpu_offloading(ctx: Context) -> None:
     raises_exactly(ctx, lambda: resolve(offloaded(**{recompute: "full", "recompute_method": "uniform", "recompute_num_layers": 1})), r.exc, r.recompute_message)
 
 
-@claim(SKILL, "fsdp-code-anchors")
+@claim("fsdp-code-anchors")
 def code_anchors(ctx: Context) -> None:
     container = type(tiny_config())
     v = ctx.read("- `{validate:code}`: the FSDP/FSDP2 exclusion check, then `{helper:code}` when either FSDP flag is set.")
@@ -714,7 +713,7 @@ def code_anchors(ctx: Context) -> None:
     ctx.expect({d.g1, d.g2, d.g3} <= {f.name for f in dataclasses.fields(ddp_class)}, f"{d.cls} lacks one of {[d.g1, d.g2, d.g3]}")
 
 
-@claim(SKILL, "fsdp-preflight-script")
+@claim("fsdp-preflight-script")
 def preflight_script(ctx: Context) -> None:
     s = ctx.read("Before any GPU time, run the preflight on your config (see [{path}]({target}); `{help:code}` lists its options).")
     r = ctx.read(
@@ -803,11 +802,13 @@ def preflight_script(ctx: Context) -> None:
     ctx.expect(len({e.ok, e.found, e.bad}) == 3, "SKILL.md gives two outcomes the same exit status")
 
 
-@claim(SKILL, "fsdp-gpu-train-save-resume", tier="gpu")
+@claim("fsdp-gpu-train-save-resume", tier="gpu")
 def gpu_train_save_resume(ctx: Context) -> None:
-    """CPU side of the GPU run (runner/claims/gpu.py check_fsdp): the two configs it trains,
+    """CPU side of the GPU run (checks/gpu.py check_fsdp): the two configs it trains,
     built from the skill's block, pass Bridge's validation and save, then load, fsdp_dtensor;
     and the GPU check asserts what the sentence says."""
+    from runner.claims import kit
+
     from . import gpu
     from .gpu import FSDP_ITERS, FSDP_SAVE_AT, fsdp_configs
 
@@ -821,11 +822,11 @@ def gpu_train_save_resume(ctx: Context) -> None:
     # The module imports nvidia_resiliency_ext, which only the GPU tier installs: read its file.
     module = next((f for f in metadata.files("megatron-bridge") or [] if str(f) == "megatron/bridge/training/pretrain.py"), None)
     ctx.expect(module is not None and re.search(rf"^def {re.escape(entry)}\(", Path(str(module.locate())).read_text("utf-8"), re.MULTILINE) is not None, f"Bridge's megatron.bridge.training.pretrain has no {r.entry}")
-    runs = source_of(gpu._pretrain)
-    ctx.expect(f"from megatron.bridge.training.pretrain import {entry}" in runs and f"{entry}(cfg, forward_step" in runs, f"the GPU run does not call {r.entry}")
+    runs = source_of(kit.pretrain)
+    ctx.expect(f"from megatron.bridge.training.pretrain import {entry} as bridge_{entry}" in runs and f"bridge_{entry}(cfg, forward_step" in runs, f"the GPU run does not call {r.entry}")
     check = source_of(gpu.check_fsdp)
     ctx.expect(f"isinstance(m, {r.wrapper})" in check and f"mcore_fsdp_adapter import {r.wrapper}" in check, f"the GPU run does not check the model is wrapped by {r.wrapper}")
-    ctx.expect("_finite(losses[-1])" in source_of(gpu._check_losses), "the GPU run does not check the last loss is finite")
+    ctx.expect("finite(losses[-1])" in source_of(kit.check_losses), "the GPU run does not check the last loss is finite")
     ctx.expect(f'found_format == "{r.fmt}"' in check and f'(saved / "{r.marker}")' in check, f"the GPU run does not check a {r.fmt} checkpoint with a {r.marker} file")
     ctx.expect("resumed.start_step == FSDP_SAVE_AT" in check and "gap <= RESUME_LOSS_ATOL" in check, "the GPU run does not check the resume iteration and loss")
     for world_size in (1, 2):

@@ -1,4 +1,4 @@
-"""Checks for the sections of skills/nemo-mbridge-perf-megatron-fsdp that answer problems users reported upstream
+"""Checks for the sections of this skill that answer problems users reported upstream
 (claim ids match the markers in its SKILL.md and references/). Same rule as the other
 check modules: read each stated value from the sentence, compare it with the library.
 
@@ -31,12 +31,11 @@ from pathlib import Path
 from typing import Any, Callable
 from unittest import mock
 
-from ..core import MbskillsError
-from .environment import collect_warnings, resolve, tiny_config
+from runner.claims.kit import MbskillsError
+from runner.claims.kit import collect_warnings, resolve, tiny_config
 from .fsdp import assign, block_assignments, distinct, fsdp_config, lookup, passes, raises_exactly, relative, symbol
-from .registry import ClaimFailed, Context, assignment, claim, comparison, function_source, literal, raised, resolve_symbol, source_of, threshold
+from runner.claims.kit import ClaimFailed, Context, assignment, claim, comparison, function_source, literal, raised, resolve_symbol, source_of, threshold
 
-SKILL = "nemo-mbridge-perf-megatron-fsdp"
 ADAPTER = "megatron.core.distributed.fsdp.mcore_fsdp_adapter"
 BUFFER = "megatron.core.distributed.fsdp.src.megatron_fsdp.param_and_grad_buffer"
 WRAP = "megatron.training.models.dist_utils._ddp_wrap"
@@ -222,7 +221,7 @@ def grad_buffer_sharding() -> dict[str, bool]:
 # --- the claims ------------------------------------------------------------------------------
 
 
-@claim(SKILL, "fsdp-optim-grads-memory")
+@claim("fsdp-optim-grads-memory")
 def optim_grads_memory(ctx: Context) -> None:
     import torch
 
@@ -324,7 +323,7 @@ def field_doc(cls: type, name: str) -> str:
     raise ClaimFailed(f"{cls.__name__}.{name} has no docstring")
 
 
-@claim(SKILL, "fsdp-hsdp")
+@claim("fsdp-hsdp")
 def hsdp(ctx: Context) -> None:
     from megatron.core import parallel_state
     from megatron.core.distributed import DistributedDataParallelConfig
@@ -408,7 +407,7 @@ def hsdp(ctx: Context) -> None:
     ctx.expect({f.name: f.default for f in dataclasses.fields(DistributedInitConfig)}["use_decentralized_pg"] is False, "Bridge no longer builds process groups through initialize_model_parallel by default")
 
 
-@claim(SKILL, "fsdp-nccl-ub")
+@claim("fsdp-nccl-ub")
 def nccl_ub(ctx: Context) -> None:
     from megatron.core.distributed.fsdp.src.megatron_fsdp.param_and_grad_buffer import ParamAndGradBuffer
 
@@ -498,7 +497,7 @@ def importable(**present: bool):
                 sys.modules[name] = module
 
 
-@claim(SKILL, "fsdp-grad-accum-fusion")
+@claim("fsdp-grad-accum-fusion")
 def grad_accum_fusion(ctx: Context) -> None:
     from megatron.core.transformer import TransformerConfig
 
@@ -589,7 +588,7 @@ def own_assignments(func: Callable) -> dict[str, str]:
     return out
 
 
-@claim(SKILL, RECIPE)
+@claim(RECIPE)
 def perf_recipe(ctx: Context) -> None:
     from megatron.bridge.training.config import CheckpointConfig
 
@@ -662,7 +661,7 @@ def saved_dcp(folder: str, state: dict) -> None:
         dcp.save(state, storage_writer=dcp.FileSystemWriter(folder))
 
 
-@claim(SKILL, "fsdp-checkpoint-hf-sidecar")
+@claim("fsdp-checkpoint-hf-sidecar")
 def checkpoint_hf_sidecar(ctx: Context) -> None:
     r = ctx.read("`{setting:code}` cannot be combined with Megatron FSDP once `{save:code}` is set.")
     a = ctx.read("With `{fmt:code}`, validation raises `{error:code}`")
@@ -696,7 +695,7 @@ def checkpoint_hf_sidecar(ctx: Context) -> None:
     ctx.expect(section.section.path == ctx.section.path and section.section.line > ctx.section.line, "the export is not described in the next section")
 
 
-@claim(SKILL, "fsdp-checkpoint-hf-export")
+@claim("fsdp-checkpoint-hf-export")
 def checkpoint_hf_export(ctx: Context) -> None:
     import torch
     from megatron.bridge.training import checkpointing, model_load_save
@@ -791,7 +790,7 @@ def checkpoint_hf_export(ctx: Context) -> None:
     ctx.expect(cfg.checkpoint.ckpt_format == r.fmt and getattr(cfg.checkpoint, field) is on, "validation changes the load settings")
 
 
-@claim(SKILL, "fsdp-checkpoint-load-format")
+@claim("fsdp-checkpoint-load-format")
 def checkpoint_load_format(ctx: Context) -> None:
     import torch
     import torch.distributed.checkpoint as dcp
@@ -861,7 +860,7 @@ def checkpoint_load_format(ctx: Context) -> None:
     ctx.expect(s.fix is not s.default, f"SKILL.md's fix {s.fix} is the default")
 
 
-@claim(SKILL, "fsdp-ep-overlap-double-buffer")
+@claim("fsdp-ep-overlap-double-buffer")
 def ep_overlap_double_buffer(ctx: Context) -> None:
     from megatron.core.distributed import DistributedDataParallelConfig
     from megatron.core.distributed.fsdp.src.megatron_fsdp.param_and_grad_buffer import ParamAndGradBuffer
