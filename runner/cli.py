@@ -358,7 +358,7 @@ def build_parser() -> argparse.ArgumentParser:
         "drift",
         parents=[bundle],
         help="run every claim against other Megatron-Bridge releases and table where they stop holding",
-        description="For each release, layers that megatron-bridge wheel (pip install --no-deps, cached) over the pinned environment and runs every claim there in a subprocess; prints a claim x release table and writes drift.json and drift.md. A claim that fails on another release must be explained in runner/claims/data/drift-notes.yaml. Exit 0 the pinned release passes and every drift is explained, 1 otherwise, 2 unusable input.",
+        description="For each release, layers that megatron-bridge wheel (pip install --no-deps, cached) over the pinned environment and runs every claim there in a subprocess; prints a claim x release table and writes drift.json and drift.md. A claim that fails on another release must be explained in its skill's checks/drift-notes.yaml. Exit 0 the pinned release passes and every drift is explained, 1 otherwise, 2 unusable input.",
     )
     p.add_argument("--releases", default=defaults.DRIFT_RELEASES, help="comma-separated megatron-bridge releases; the pinned one always runs first (default: %(default)s)")
     p.add_argument("--out", default=defaults.DRIFT_OUT, help="folder for drift.json and drift.md (default: %(default)s)")

@@ -16,7 +16,7 @@ import pytest
 
 from conftest import REPO
 
-DATA = {"runner/claims/data/drift-notes.yaml", "runner/core/schemas/skill-card.schema.json", "runner/core/schemas/gpu-results.schema.json", "runner/providers/data/pricing.yaml", "runner/report/templates/report.html.j2"}
+DATA = {"runner/core/schemas/skill-card.schema.json", "runner/core/schemas/gpu-results.schema.json", "runner/providers/data/pricing.yaml", "runner/report/templates/report.html.j2"}
 
 
 @pytest.fixture(scope="module")
