@@ -15,7 +15,8 @@ import launch  # noqa: E402,F401 - gpu/launch.py, standard library only; the tes
 
 FSDP = "nemo-mbridge-perf-megatron-fsdp"
 OVERLAP = "nemo-mbridge-perf-tp-dp-comm-overlap"
-GPU_CLAIMS = {(FSDP, "fsdp-gpu-train-save-resume"), (OVERLAP, "overlap-gpu-dp-overlap-trains"), (OVERLAP, "overlap-gpu-tp-overlap")}
+MOE = "nemo-mbridge-perf-moe-ep-comm-overlap"
+GPU_CLAIMS = {(FSDP, "fsdp-gpu-train-save-resume"), (OVERLAP, "overlap-gpu-dp-overlap-trains"), (OVERLAP, "overlap-gpu-tp-overlap"), (MOE, "moe-gpu-overlap-trains")}
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ from conftest import copy_bundle
 from runner.cli import main
 from runner.load import Bundle
 
-from gpu_common import FSDP, GPU_CLAIMS, OVERLAP, checks, context, skill_module, snapshot_cards  # noqa: F401 - checks is a fixture
+from gpu_common import FSDP, GPU_CLAIMS, MOE, OVERLAP, checks, context, skill_module, snapshot_cards  # noqa: F401 - checks is a fixture
 
 
 # --- the smoke configs, built on CPU from each SKILL.md ---------------------------------
@@ -60,18 +60,38 @@ def test_overlap_smoke_configs_come_from_the_block_and_validate(checks):
     assert cfg.model.tp_comm_overlap is True and cfg.model.sequence_parallel is True and cfg.data_parallel_size == 1
 
 
+def test_moe_smoke_config_comes_from_the_block_and_validates(checks):
+    from runner.claims.environment import quiet, resolve
+
+    moe_config = skill_module(MOE, "gpu").moe_config
+    for world_size in (2, 4):
+        cfg = moe_config(context(MOE, "moe-gpu-overlap-trains"), world_size, 2, te=False)
+        assert (cfg.model.num_moe_experts, cfg.model.moe_token_dispatcher_type, cfg.model.expert_model_parallel_size) == (8, "alltoall", 2)
+        with quiet():
+            resolve(cfg, world_size=world_size)
+        assert cfg.model.overlap_moe_expert_parallel_comm is True and cfg.model.bf16 is True
+    cfg = moe_config(context(MOE, "moe-gpu-overlap-trains"), 2, 1, te=False)  # EP=1: the overlap is refused
+    with quiet():
+        try:
+            resolve(cfg, world_size=2)
+        except AssertionError as error:
+            assert "expert_model_parallel_size > 1" in str(error)
+        else:
+            raise AssertionError("EP=1 with the overlap passed validation")
+
+
 def test_gpu_claims_need_a_gpu_on_cpu_and_write_cards_leaves_them(checks, tmp_path, capsys):
     bundle = copy_bundle(tmp_path)
     before = snapshot_cards(bundle)
     code = main(["check", "--bundle", str(bundle), "--claim", "*-gpu-*", "--out", str(tmp_path / "claims"), "--write-cards"])
     out = capsys.readouterr().out
     assert code == 0, out
-    assert out.rstrip().endswith("0 passed, 0 failed, 3 need a GPU (not run here)")
-    assert len(re.findall(r"\bneeds-gpu\b", out.split("\n\n")[0])) >= 3
+    assert out.rstrip().endswith(f"0 passed, 0 failed, {len(GPU_CLAIMS)} need a GPU (not run here)")
+    assert len(re.findall(r"\bneeds-gpu\b", out.split("\n\n")[0])) >= len(GPU_CLAIMS)
     assert snapshot_cards(bundle) == before
     results = json.loads((tmp_path / "claims" / "claims.json").read_text())["results"]
     assert {(r["claim"], r["status"], r["tier"]) for r in results} == {(c, "needs-gpu", "gpu") for _, c in GPU_CLAIMS}
-    assert (tmp_path / "claims" / "junit.xml").read_text().count("<skipped") == 3
+    assert (tmp_path / "claims" / "junit.xml").read_text().count("<skipped") == len(GPU_CLAIMS)
 
 
 def test_the_gpu_run_follows_the_skill_block(checks, tmp_path):

@@ -20,7 +20,7 @@ import yaml
 from conftest import REPO
 from runner.load import Bundle
 
-from gpu_common import FSDP, GPU_CLAIMS, OVERLAP, launch
+from gpu_common import FSDP, GPU_CLAIMS, MOE, OVERLAP, launch
 
 
 def norm(name: str) -> str:
@@ -175,9 +175,10 @@ def test_a_full_run_installs_runs_each_check_and_writes_valid_results(machine):
 
     run = load_results(machine["out"])
     assert (run.gpu_model, run.gpu_count, run.driver) == ("NVIDIA H200", 1, "570.124.06")
-    assert {(r.claim, r.status) for r in run.results} == {("fsdp-gpu-train-save-resume", "passed"), ("overlap-gpu-dp-overlap-trains", "passed"), ("overlap-gpu-tp-overlap", "skipped")}
-    skipped = next(r for r in run.results if r.status == "skipped")
-    assert skipped.reason == "needs at least 2 GPUs (this run has 1) and Transformer Engine (not installed here)"
+    assert {(r.claim, r.status) for r in run.results} == {("fsdp-gpu-train-save-resume", "passed"), ("overlap-gpu-dp-overlap-trains", "passed"), ("overlap-gpu-tp-overlap", "skipped"), ("moe-gpu-overlap-trains", "skipped")}
+    skipped = {r.claim: r.reason for r in run.results if r.status == "skipped"}
+    assert skipped["overlap-gpu-tp-overlap"] == "needs at least 2 GPUs (this run has 1) and Transformer Engine (not installed here)"
+    assert skipped["moe-gpu-overlap-trains"] == "needs at least 2 GPUs (this run has 1)"
     assert "overlap-tp: skipped: needs at least 2 GPUs" in done.stdout
     payload = json.loads(machine["out"].read_text())
     assert payload["versions"]["transformer-engine"] is None and "rank" not in payload["checks"][0]
@@ -204,6 +205,16 @@ def test_failed_crashed_and_hung_checks_are_recorded_and_exit_1(machine):
     assert hung.returncode == 1
     entry = json.loads(machine["out"].read_text())["checks"][0]
     assert entry["status"] == "error" and entry["reason"].startswith("timed out after 1 s")
+
+
+def test_each_skill_registers_its_own_gpu_check_and_the_count_must_divide(machine):
+    done = validate_sh(machine, "--only", MOE, "--wheels", str(machine["wheels"]), "--out", str(machine["out"]), FAKE_GPUS="2")
+    assert done.returncode == 0, done.stderr
+    runs = [c for c in calls(machine) if c[:2] == ["-m", "torch.distributed.run"]]
+    assert [r[r.index("--check") + 1] for r in runs] == ["moe-ep-overlap"] and "--nproc_per_node=2" in runs[0]
+    odd = validate_sh(machine, "--only", "moe-ep-overlap", "--wheels", str(machine["wheels"]), "--out", str(machine["out"]), FAKE_GPUS="3")
+    entry = json.loads(machine["out"].read_text())["checks"][0]
+    assert odd.returncode == 0 and entry["status"] == "skipped" and entry["reason"] == "needs a GPU count divisible by 2 (this run has 3)"
 
 
 def test_two_gpus_with_transformer_engine_run_the_tp_check(machine):

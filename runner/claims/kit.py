@@ -70,6 +70,13 @@ from .registry import (
 )
 
 
+def registered_gpu_checks() -> dict[str, GpuCheck]:
+    """The GPU checks registered so far, by name (a claim's CPU side can check its own)."""
+    from .gpu import GPU_CHECKS
+
+    return dict(GPU_CHECKS)
+
+
 def check_release(ctx: Context) -> Any:
     """The release claim a skill opens with: the range it states holds what is installed,
     and its front matter and card say the same (register it: `claim("x-release")(check_release)`)."""

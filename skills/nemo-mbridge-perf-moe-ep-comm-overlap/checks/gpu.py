@@ -35,16 +35,15 @@ def check_moe_overlap(ctx: Any, world_size: int, workdir: Path) -> dict[str, Any
 def gpu_overlap_trains(ctx: Context) -> None:
     """CPU side of the GPU run: the config it trains, built from the skill's block, passes
     Bridge's validation with the overlap on, and the GPU check asserts what the sentence says."""
-    from runner.claims import gpu as engine
-    from runner.claims.gpu import GPU_CHECKS
+    from runner.claims import kit
 
     r = ctx.read("On GPUs, the block trains: on {gpus:int} GPUs with EP={ep:int}, a short `{entry:code}` run logs a finite loss at its last iteration with `{flag:code}` on.")
-    check = GPU_CHECKS.get("moe-ep-overlap")
+    check = kit.registered_gpu_checks().get("moe-ep-overlap")
     ctx.expect(check is not None and check.min_gpus == r.gpus and check.claim == ctx.section.claim_id, f"the GPU check does not start at {r.gpus} GPUs")
     body = source_of(check_moe_overlap)
     ctx.expect(f"moe_config(ctx, world_size, {r.ep})" in body and f"FLAG) is True" in body and r.flag == FLAG, f"the GPU check does not train EP={r.ep} and assert {r.flag}")
-    ctx.expect(r.entry == "pretrain()" and "bridge_pretrain(cfg, forward_step" in source_of(engine.pretrain), f"the GPU check does not run Bridge's {r.entry}")
-    ctx.expect("finite(losses[-1])" in source_of(engine.check_losses), "the GPU check does not check the last loss is finite")
+    ctx.expect(r.entry == "pretrain()" and "bridge_pretrain(cfg, forward_step" in source_of(kit.pretrain), f"the GPU check does not run Bridge's {r.entry}")
+    ctx.expect("finite(losses[-1])" in source_of(kit.check_losses), "the GPU check does not check the last loss is finite")
     cfg = moe_config(ctx, r.gpus, r.ep, te=False)
     resolve(cfg, world_size=r.gpus)
     ctx.expect(getattr(cfg.model, FLAG) is True, f"the GPU run's config resolves {FLAG}={getattr(cfg.model, FLAG)}")
