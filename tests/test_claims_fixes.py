@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import copy_bundle
+from conftest import REPO, copy_bundle
 from runner.claims.run import FAILED, PASSED, load_checks, run_checks
 from runner.load import Bundle
 
@@ -16,7 +16,9 @@ OVERLAP = "nemo-mbridge-perf-tp-dp-comm-overlap"
 
 @pytest.fixture(scope="module")
 def checks():
-    return load_checks()
+    from runner.claims.plugins import skill_roots
+
+    return load_checks(skill_roots(REPO))
 
 
 def replace(path: Path, old: str, new: str) -> None:

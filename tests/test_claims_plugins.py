@@ -49,6 +49,15 @@ def bucket_field(ctx):
 """
 
 
+@pytest.fixture(autouse=True)
+def _forget_new_skill():
+    """A test's own skill leaves the registry with it, so other tests see the bundle's alone."""
+    yield
+    from runner.claims.registry import forget_skill
+
+    forget_skill(NEW)
+
+
 def _tree_digest(root: Path) -> str:
     digest = hashlib.sha256()
     for path in sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
