@@ -58,7 +58,7 @@ def test_install_then_verify_via_cli(tmp_path: Path):
     dest = tmp_path / ".agents" / "skills"
     result = run("install", str(dest))
     assert result.returncode == 0, result.stderr
-    assert "copied 2 skills" in result.stdout
+    assert "copied 3 skills" in result.stdout
     assert run("verify", str(dest)).returncode == 0
     (dest / "nemo-mbridge-perf-megatron-fsdp" / "SKILL.md").write_text("x")
     result = run("verify", str(dest))

@@ -47,7 +47,7 @@ def test_replay_condition_override_and_missing_answers(tmp_path, capsys):
     capsys.readouterr()
     assert main([*base, "--case", "routing/*", "--out", str(tmp_path / "b")]) == 2
     err = capsys.readouterr().err
-    assert "no recorded answer routing/route-fsdp-oom.md for case routing/route-fsdp-oom (baseline) and 4 more" in err
+    assert "no recorded answer routing/route-fsdp-oom.md for case routing/route-fsdp-oom (baseline) and 5 more" in err
     assert not (tmp_path / "b").exists()
 
 

@@ -24,6 +24,7 @@ from conftest import REPO, SENTINEL_KEY
 MARKERS = {
     "nemo-mbridge-perf-megatron-fsdp": "# Megatron FSDP in Megatron-Bridge",
     "nemo-mbridge-perf-tp-dp-comm-overlap": "# TP, DP and PP communication overlap in Megatron-Bridge",
+    "nemo-mbridge-perf-moe-ep-comm-overlap": "# MoE expert-parallel communication overlap in Megatron-Bridge",
 }
 CASES = bundle_cases(Bundle(REPO))
 KEY = SENTINEL_KEY

@@ -28,7 +28,7 @@ def call(tools: SkillTools, tool: str, **arguments) -> tuple[str, bool]:
 def test_catalogue_lists_name_and_description_without_paths(repo_bundle):
     skills = [load_skill(d) for d in Bundle(repo_bundle).skill_dirs()]
     text = catalogue(skills)
-    assert text.startswith("<available_skills>") and text.count("<skill>") == 2
+    assert text.startswith("<available_skills>") and text.count("<skill>") == 3
     assert f"<name>{FSDP}</name>" in text and str(repo_bundle) not in text
 
 
@@ -91,7 +91,7 @@ def test_read_refuses_symlinks_out_and_loops_big_and_binary_files(tools, repo_bu
 
 
 def test_bad_calls_are_tool_errors(tools):
-    assert call(tools, "activate_skill", name="nope") == (f"error: no skill named 'nope'; available: {FSDP}, nemo-mbridge-perf-tp-dp-comm-overlap", True)
+    assert call(tools, "activate_skill", name="nope") == (f"error: no skill named 'nope'; available: {FSDP}, nemo-mbridge-perf-moe-ep-comm-overlap, nemo-mbridge-perf-tp-dp-comm-overlap", True)
     assert call(tools, "activate_skill")[1]
     assert call(tools, "run_shell", cmd="ls") == ("error: unknown tool 'run_shell'", True)
     assert tools.run(ToolCall("c", "activate_skill", "{not json")) == ("error: arguments are not a JSON object", True)

@@ -30,7 +30,7 @@ from typing import Any
 FLAG, DELAY = "overlap_moe_expert_parallel_comm", "delay_wgrad_compute"
 # Bridge 0.6.2 imports Transformer Engine at the top of these two modules, which its
 # training config imports; on a machine without TE they become stand-ins that fail on use.
-TE_MODULES = ("megatron.bridge.peft.lora_layers", "megatron.bridge.models.gpt_full_te_layer_autocast_spec")
+_TE_ONLY_MODULES = frozenset({"megatron.bridge.peft.lora_layers", "megatron.bridge.models.gpt_full_te_layer_autocast_spec"})
 
 
 class _Missing:
@@ -51,7 +51,7 @@ class _Missing:
 
 class _StandIns(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def find_spec(self, name: str, path: Any = None, target: Any = None):
-        return importlib.machinery.ModuleSpec(name, self) if name in TE_MODULES else None
+        return importlib.machinery.ModuleSpec(name, self) if name in _TE_ONLY_MODULES else None
 
     def create_module(self, spec):
         module = types.ModuleType(spec.name)
