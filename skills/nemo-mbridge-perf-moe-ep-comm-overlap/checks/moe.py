@@ -273,6 +273,20 @@ def needs_ep(ctx: Context) -> None:
     passes(ctx, cfg, f"{field}={good}")
 
 
+@claim("moe-torch-floor")
+def torch_floor(ctx: Context) -> None:
+    from packaging.version import Version
+
+    r = ctx.read('- **torch {version:version} or newer**: with an older torch Bridge stops with "{m:quote}".')
+    ctx.expect(f"< {r.version}" in r.m, f"the message does not name the floor {r.version}")
+    for installed, fails in ((r.version, False), (below(r.version), True)):
+        cfg = enabled(ctx)
+        with mock.patch.object(comm_overlap_module(), "is_torch_min_version", lambda wanted, *a, _t=installed, **k: Version(_t) >= Version(wanted)):
+            error, where = outcome(cfg)
+        stopped = where == "bridge" and squash(error) == squash(r.m)
+        ctx.expect(stopped is fails, f"with torch {installed} Bridge {'stops' if stopped else 'passes'} the overlap")
+
+
 @claim("moe-needs-experts")
 def needs_experts(ctx: Context) -> None:
     i = ctx.read('- **More than one expert**: `{cond:code}`, else "{bridge:quote}".')
@@ -416,6 +430,52 @@ def mtp_one_layer(ctx: Context) -> None:
     cfg = enabled(ctx)
     setattr(cfg.model, ok_field, ok)
     passes(ctx, cfg, r.ok)
+
+
+@claim("moe-cuda-graph-scope")
+def cuda_graph_scope(ctx: Context) -> None:
+    r = ctx.read('- **No CUDA graphs over the experts**: with Transformer Engine CUDA graphs (`{impl:code}`), `{a:code}` or `{b:code}` in `{modules:code}` fails in megatron-core with "{m:quote}"; `{ok1:code}` and `{ok2:code}` pass.')
+    target, value = assignment(r.impl)
+
+    def graphs(cfg, module: str) -> None:
+        setattr(cfg.model, target, value)
+        setattr(cfg.model, r.modules, [module])
+        if module == "moe":  # megatron-core graphs MoE layers only with drop-padding
+            cfg.model.moe_expert_capacity_factor = 1.0
+            cfg.model.moe_pad_expert_input_to_capacity = True
+        if module == "mlp":  # and MLP graphs only where a dense layer exists
+            cfg.model.moe_layer_freq = [0, 1]
+
+    refused = {literal(r.a), literal(r.b)}
+    ctx.expect(len(refused) == 2, "SKILL.md names one scope twice")
+    for module in sorted(refused):
+        cfg = enabled(ctx)
+        graphs(cfg, module)
+        refuses(ctx, cfg, r.m, "core")
+    ctx.expect(literal(r.ok1) != literal(r.ok2), "SKILL.md names one passing scope twice")
+    for module in (literal(r.ok1), literal(r.ok2)):
+        cfg = enabled(ctx)
+        graphs(cfg, module)
+        passes(ctx, cfg, f"Transformer Engine graphs over {module}")
+        ctx.expect(getattr(cfg.model, FLAG) is True, f"{FLAG} is off with graphs over {module}")
+
+
+@claim("moe-companion-flags")
+def companion_flags(ctx: Context) -> None:
+    ctx.says("Two more model flags are tied to the overlap, and megatron-core checks both:")
+    r = ctx.read('`{needs:code}` needs it ("{m1:quote}"), while `{excludes:code}` excludes it ("{m2:quote}").')
+    needs, needs_value = assignment(r.needs)
+    excludes, excludes_value = assignment(r.excludes)
+    cfg = enabled(ctx)
+    cfg.comm_overlap = None  # the flag off: nothing asks for the overlap
+    setattr(cfg.model, needs, needs_value)
+    refuses(ctx, cfg, r.m1, "core")
+    cfg = enabled(ctx)
+    setattr(cfg.model, needs, needs_value)
+    passes(ctx, cfg, f"{r.needs} with the overlap")
+    cfg = enabled(ctx)
+    setattr(cfg.model, excludes, excludes_value)
+    refuses(ctx, cfg, r.m2, "core")
 
 
 # --- delayed weight gradients -----------------------------------------------------------
