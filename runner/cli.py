@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shlex
 import sys
 from pathlib import Path
@@ -62,6 +63,20 @@ def cmd_install(args: argparse.Namespace) -> int:
         print(f"copied {len(result.installed)} skills ({', '.join(result.installed)}) into {result.dest}; {result.files} files recorded in {result.manifest}")
     for line in duplicates(dest, result.installed, cwd=Path.cwd(), home=Path.home()):
         say(f"mbskills: warning: {line}")
+    return EXIT_OK
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from .stats import plan
+
+    try:
+        sized = plan(args.baseline_rate, args.effect, trials=args.trials, icc=args.icc, alpha=args.alpha, power=args.power)
+    except ValueError as error:  # say it in the options' names
+        message = str(error)
+        for name in ("baseline_rate", "effect", "trials", "icc", "alpha", "power"):
+            message = re.sub(rf"\b{name}\b", "--" + name.replace("_", "-"), message)
+        raise UsageError(message) from None
+    print(sized.table())
     return EXIT_OK
 
 
@@ -440,6 +455,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="also write the full result as JSON here")
     p.add_argument("--min-kappa", type=float, help="gate: Cohen's kappa of the judge (or of the checks without a judge) below this fails")
     p.set_defaults(func=cmd_calibrate)
+
+    p = sub.add_parser(
+        "plan",
+        help="size an eval before running it: the cases a paired uplift needs",
+        description="The cases a paired eval (baseline against skills, case by case) needs to detect an uplift of --effect over --baseline-rate with the given power, at --trials per case and beside it at 1, 2, 3, 5 and 10, when a share --icc of a record's variance lies between cases. Normal approximation; see docs/evaluating.md. Exit 0, 2 unusable input.",
+    )
+    p.add_argument("--baseline-rate", type=_number(float, above=0.0), required=True, help="the pass rate expected without the skill, in (0, 1)")
+    p.add_argument("--effect", type=_number(float), required=True, help="the uplift to detect, as a difference of rates (0.15 for +15 pts)")
+    p.add_argument("--trials", type=_at_least(1), default=1, help="trials per case and condition (default: 1)")
+    p.add_argument("--icc", type=_fraction, default=0.0, help="share of a record's variance between cases, 0..1 (default: 0)")
+    p.add_argument("--alpha", type=_number(float, above=0.0), default=0.05, help="two-sided significance level (default: 0.05)")
+    p.add_argument("--power", type=_number(float, above=0.0), default=0.8, help="probability of detecting the effect (default: 0.8)")
+    p.set_defaults(func=cmd_plan)
 
     p = sub.add_parser("show", help="print a run's records, or the transcripts of some")
     p.add_argument("run", help="run directory")

@@ -129,7 +129,13 @@ def test_report_validates_and_the_markdown_and_junit_say_the_same(report):
 
 
 def test_gates(report):
-    assert gates(report, fail_under_uplift=0.2, fail_under_pass=0.6, fail_on_regression=False) == []
+    assert gates(report, fail_under_pass=0.6, fail_under_uplift=None, fail_on_regression=False) == []
+    # +25 pts over 4 cases, interval [-25, +75]: the mean clears a +20 gate, but these cases
+    # detect only about +90 pts, so the run could not have told +20 from nothing
+    (underpowered,) = gates(report, fail_under_uplift=0.2, fail_under_pass=0.6, fail_on_regression=False)
+    assert underpowered.startswith("underpowered: uplift skills - baseline +0.250, interval [-0.250, +0.750] includes 0, and 4 cases detect only +0.904")
+    uplift = report["overall"]["uplift"]["skills"]
+    assert gates(report, fail_under_uplift=uplift["mde"] + 0.01, fail_under_pass=None, fail_on_regression=False) == [f"uplift skills - baseline +0.250 < {uplift['mde'] + 0.01:+.3f}"]
     failed = gates(report, fail_under_uplift=0.3, fail_under_pass=0.7, fail_on_regression=True)
     assert len(failed) == 3
     assert failed[0].startswith("uplift skills - baseline +0.250 < +0.300")

@@ -12,7 +12,11 @@ is over its counted trials; a condition's rate is the mean over cases, its Wilso
 counts each case once (trials of one case are not independent). Uplift compares conditions
 case by case (paired), with a bootstrap interval over cases, undefined for fewer than two
 cases or when every case differs by the same amount (a resample could not vary), and an
-exact sign test on improved vs regressed cases."""
+exact sign test on improved vs regressed cases. Beside them: each condition's mean with a
+standard error clustered by case and, with more than one trial, the variance between and
+within cases; each uplift's normal interval from the spread of the per-case differences, the
+minimum detectable effect at the design's size (alpha 0.05, power 0.8), and across the
+skills of a bundle Holm- and Benjamini-Hochberg-adjusted p-values."""
 
 from __future__ import annotations
 
@@ -24,6 +28,7 @@ from .. import stats
 from ..grade import GRADED, JUDGE_ERROR, PROCESS_ONLY, RECORD_ERROR, TRUNCATED, TURN_LIMIT, UNGRADED, RecordGrade
 
 SCHEMA_VERSION = 3
+ALPHA, POWER = 0.05, 0.8  # what the minimum detectable effect is computed at
 BASE = "baseline"
 NONE = "none"
 
@@ -120,7 +125,33 @@ def _activation(cell: list[RecordGrade]) -> dict | None:
     return {"records": len(offered), "passes": passes, "rate": passes / len(offered)}
 
 
-def summarise(rows: list[dict], grades: list[RecordGrade], conditions: list[str], *, resamples: int, seed: int) -> dict:
+def _design(pooled: list[RecordGrade], trials: int) -> dict:
+    """A condition's record mean clustered by case, and where trials repeat a case, how its
+    variance splits between and within cases."""
+    by_case: dict[str, list[float]] = defaultdict(list)
+    for g in pooled:
+        by_case[g.case].append(float(g.passed))
+    if not by_case:
+        return {"clustered": None, "variance": None}
+    c = stats.clustered_mean(list(by_case.values()))
+    out = {"clustered": {"mean": c.mean, "se": c.se, "lo": c.lo, "hi": c.hi, "cases": c.cases, "records": c.records}, "variance": None}
+    if trials > 1 and len(by_case) >= 2 and any(len(v) > 1 for v in by_case.values()):
+        parts = stats.variance_components(list(by_case.values()))
+        out["variance"] = {"between": parts.between, "within": parts.within, "trials": parts.trials, "advice": parts.advice}
+    return out
+
+
+def _paired_design(diffs: list[float]) -> dict:
+    """The normal interval of the mean per-case difference (each case one cluster), its
+    spread, and the smallest uplift this many cases would detect."""
+    if len(diffs) < 2:
+        return {"sd_difference": None, "se": None, "normal_lo": None, "normal_hi": None, "mde": None}
+    c = stats.clustered_mean([[d] for d in diffs])
+    sd = c.se * len(diffs) ** 0.5
+    return {"sd_difference": sd, "se": c.se, "normal_lo": c.lo, "normal_hi": c.hi, "mde": stats.minimum_detectable_effect(sd, len(diffs), alpha=ALPHA, power=POWER)}
+
+
+def summarise(rows: list[dict], grades: list[RecordGrade], conditions: list[str], *, resamples: int, seed: int, trials: int = 1) -> dict:
     out: dict = {"cases": len(rows), "content_cases": sum(1 for r in rows if r["content"]), "conditions": {}, "uplift": {}}
     chosen = {r["case"] for r in rows}
     for condition in conditions:
@@ -145,6 +176,7 @@ def summarise(rows: list[dict], grades: list[RecordGrade], conditions: list[str]
             "correct_rate": _mean([x["correct_rate"] for x in cells]),
             "activation": _activation(cell),
             **_means(pooled, cell),
+            **_design(pooled, trials),
         }
     for condition in conditions:
         if condition == BASE or BASE not in conditions:
@@ -158,11 +190,24 @@ def summarise(rows: list[dict], grades: list[RecordGrade], conditions: list[str]
         entry["lo"] = entry["hi"] = None
         if entry["undefined"] is None:
             _, entry["lo"], entry["hi"] = stats.paired_bootstrap(diffs, resamples=resamples, seed=seed)
+        entry.update(_paired_design(diffs))
         a, b = out["conditions"][condition]["cost_per_record"], out["conditions"][BASE]["cost_per_record"]
         # what one point of uplift costs per record, on top of the baseline
         entry["cost_per_point"] = (a - b) / (100 * entry["mean"]) if entry["mean"] and entry["mean"] > 0 and a is not None and b is not None else None
         out["uplift"][condition] = entry
     return out
+
+
+def _adjust_across(groups: dict[str, dict]) -> None:
+    """Per-skill p-values are many tests at once: each group's uplift gets its Holm
+    (family-wise) and Benjamini-Hochberg (false discovery rate) adjusted p-value, over the
+    groups that have that uplift."""
+    conditions = sorted({c for g in groups.values() for c in g["uplift"]})
+    for condition in conditions:
+        named = [(name, g["uplift"][condition]) for name, g in groups.items() if condition in g["uplift"] and g["uplift"][condition]["cases"]]
+        ps = [entry["p_value"] for _, entry in named]
+        for (_, entry), holm, bh in zip(named, stats.holm(ps), stats.benjamini_hochberg(ps)):
+            entry["p_holm"], entry["p_bh"], entry["tests"] = holm, bh, len(ps)
 
 
 def routing(grades: list[RecordGrade], skill_names: list[str]) -> dict | None:
@@ -237,7 +282,8 @@ def build(run_info: dict, grades: list[RecordGrade], *, skill_names: list[str], 
     rows = case_table(grades, conditions, list(run_info.get("cases") or sorted({g.case for g in grades})), trials, None if content_cases is None else set(content_cases))
     groups = {}
     for owner in sorted({r["owner"] for r in rows}):
-        groups[owner] = summarise([r for r in rows if r["owner"] == owner], grades, conditions, resamples=resamples, seed=seed)
+        groups[owner] = summarise([r for r in rows if r["owner"] == owner], grades, conditions, resamples=resamples, seed=seed, trials=trials)
+    _adjust_across(groups)
     behaviours = behaviour_table(grades, conditions)
     errors: dict[str, int] = defaultdict(int)
     for g in grades:
@@ -284,7 +330,7 @@ def build(run_info: dict, grades: list[RecordGrade], *, skill_names: list[str], 
             "graded": sum(1 for g in grades if g.status == GRADED),
             "by_kind": dict(errors),
         },
-        "overall": summarise(rows, grades, conditions, resamples=resamples, seed=seed),
+        "overall": summarise(rows, grades, conditions, resamples=resamples, seed=seed, trials=trials),
         "groups": groups,
         "cases": rows,
         "routing": routing(grades, skill_names),

@@ -39,7 +39,23 @@ def _uplift(entry: dict | None) -> str:
     if not entry or entry["mean"] is None:
         return "n/a"
     interval = f"interval undefined: {entry['undefined']}" if entry["undefined"] else f"[{100 * entry['lo']:+.0f}, {100 * entry['hi']:+.0f}]"
-    return f"{100 * entry['mean']:+.0f} pts {interval} (+{entry['improved']}/-{entry['regressed']}, p={entry['p_value']:.3g})"
+    holm = f", Holm p={entry['p_holm']:.3g} over {entry['tests']} skills" if entry.get("tests", 0) > 1 else ""
+    mde = f"; detects {100 * entry['mde']:.0f} pts or more" if entry.get("mde") is not None else ""
+    return f"{100 * entry['mean']:+.0f} pts {interval} (+{entry['improved']}/-{entry['regressed']}, p={entry['p_value']:.3g}{holm}){mde}"
+
+
+def _design_lines(summary: dict, conditions: list[str]) -> list[str]:
+    """Each condition's clustered interval and, with repeated trials, where its noise lies."""
+    lines = []
+    for c in conditions:
+        cell = summary["conditions"][c]
+        clustered, variance = cell.get("clustered"), cell.get("variance")
+        if clustered and clustered["se"] is not None:
+            line = f"- {c}: record pass rate {100 * clustered['mean']:.0f}% with a case-clustered 95% interval [{100 * clustered['lo']:.0f}, {100 * clustered['hi']:.0f}] ({clustered['records']} records, {clustered['cases']} cases)"
+            if variance:
+                line += f"; variance between cases {variance['between']:.3f}, within {variance['within']:.3f}: {variance['advice']}"
+            lines.append(line)
+    return lines
 
 
 def _group_table(summary: dict, conditions: list[str]) -> list[str]:
@@ -120,6 +136,9 @@ def benchmark_md(report: dict) -> str:
               "Uplift is in percentage points of case pass rate, with a paired bootstrap 95% interval over cases (undefined for fewer than two cases or a constant difference), cases improved/regressed, and an exact sign test. "
               "Cost per point of uplift is the extra cost per record over the baseline divided by the points gained.", ""]
     lines += ["## Overall", "", *_group_table(report["overall"], conditions), ""]
+    design = _design_lines(report["overall"], conditions)
+    if design:
+        lines += ["Clustered by case (each case's trials are one unit, not independent records); an uplift's minimum detectable effect is at alpha 0.05 and power 0.8 (`mbskills plan` sizes the next run):", "", *design, ""]
     for owner, summary in report["groups"].items():
         lines += [f"## {owner} ({summary['cases']} cases)", "", *_group_table(summary, conditions), ""]
     routing = report["routing"]
@@ -243,8 +262,9 @@ def junit_xml(report: dict, grades: list[RecordGrade], *, gated: bool = False) -
 def gates(report: dict, *, fail_under_uplift: float | None, fail_under_pass: float | None, fail_on_regression: bool, min_coverage: float | None = None, min_cases: int = 0, condition: str = "skills") -> list[str]:
     """The gate failures, each one line; empty when every gate holds. `min_coverage` holds
     for every condition of the run: a rate over too few counted records proves nothing; a
-    rate or uplift over fewer than `min_cases` cases is `underpowered`; an uplift whose
-    interval is undefined fails; verdicts of a judge nobody calibrated decide no gate."""
+    rate or uplift over fewer than `min_cases` cases is `underpowered`, and so is an uplift
+    whose interval includes 0 when the smallest effect its cases could detect exceeds the
+    gate; an uplift whose interval is undefined fails; verdicts of a judge nobody calibrated decide no gate."""
     failed = []
     overall = report["overall"]
     trust = report["grading"]["judge_trust"]
@@ -266,6 +286,11 @@ def gates(report: dict, *, fail_under_uplift: float | None, fail_under_pass: flo
             failed.append(f"uplift {condition} - baseline {uplift['mean']:+.3f} has no interval ({uplift['undefined']}), so it is no evidence of an uplift")
         elif uplift["mean"] < fail_under_uplift:
             failed.append(f"uplift {condition} - baseline {uplift['mean']:+.3f} < {fail_under_uplift:+.3f}")
+        elif uplift["lo"] <= 0 <= uplift["hi"] and uplift.get("mde") is not None and uplift["mde"] > fail_under_uplift:
+            failed.append(
+                f"underpowered: uplift {condition} - baseline {uplift['mean']:+.3f}, interval [{uplift['lo']:+.3f}, {uplift['hi']:+.3f}] includes 0,"
+                f" and {uplift['cases']} cases detect only {uplift['mde']:+.3f} or more (alpha 0.05, power 0.8) > the gate {fail_under_uplift:+.3f}; size the eval with `mbskills plan`"
+            )
     if fail_under_pass is not None:
         cell = overall["conditions"].get(condition)
         rate = cell["pass_rate"] if cell else None
