@@ -24,11 +24,13 @@ def default_path() -> Path:
     return defaults.cache_home() / "responses.sqlite"
 
 
-def request_key(identity: dict, system: str, messages: list[dict], tools: tuple[Tool, ...] | list[Tool], trial: int) -> str:
+def request_key(identity: dict, system: str, messages: list[dict], tools: tuple[Tool, ...] | list[Tool], trial: int, arm: str | None = None) -> str:
     # The tools spelled out rather than through dataclasses.asdict, whose deep copy was most
     # of this function's time on a cached rerun; the JSON, and so the key, is the same.
     tool_dicts = [{"name": t.name, "description": t.description, "parameters": t.parameters} for t in tools]
     payload = {"identity": identity, "system": system, "messages": messages, "tools": tool_dicts, "trial": trial}
+    if arm is not None:  # an A/A arm asks the model again: it must not read the first arm's answers
+        payload["arm"] = arm
     return hashlib.sha256(json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()).hexdigest()
 
 

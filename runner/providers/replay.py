@@ -81,8 +81,9 @@ class Replay:
 
     def _path(self, case_key: str, condition: str) -> Path | None:
         owner, _, case_id = case_key.partition("/")
-        variant = self.variants.get(condition)
-        names = [f"{case_id}.{variant}.md"] if variant else [f"{case_id}.{condition}.md", f"{case_id}.md"]
+        repeated = condition.partition("@")[0]  # an A/A arm (`baseline@2`) answers as its condition unless given its own
+        variant = self.variants.get(condition) or self.variants.get(repeated)
+        names = [f"{case_id}.{variant}.md"] if variant else [f"{case_id}.{condition}.md", f"{case_id}.{repeated}.md", f"{case_id}.md"]
         for name in names:
             path = self.directory / owner / name
             if path.is_file():

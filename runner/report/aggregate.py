@@ -31,6 +31,7 @@ SCHEMA_VERSION = 3
 ALPHA, POWER = 0.05, 0.8  # what the minimum detectable effect is computed at
 BASE = "baseline"
 NONE = "none"
+OTHER = "a skill outside the bundle"
 
 
 def _mean(values: list[float | None]) -> float | None:
@@ -151,6 +152,21 @@ def _paired_design(diffs: list[float]) -> dict:
     return {"sd_difference": sd, "se": c.se, "normal_lo": c.lo, "normal_hi": c.hi, "mde": stats.minimum_detectable_effect(sd, len(diffs), alpha=ALPHA, power=POWER)}
 
 
+def _noise(grades: list[RecordGrade], conditions: list[str], chosen: set[str]) -> dict:
+    """For each A/A arm (`baseline@2`), how often the same case and trial passed under one
+    arm and failed under the other: the run's noise floor, beside every uplift."""
+    out = {}
+    for arm in conditions:
+        of, sep, _ = arm.partition("@")
+        if not sep or of not in conditions:
+            continue
+        outcome = {(g.case, g.condition, g.trial): g.passed for g in grades if g.case in chosen and g.counted and g.condition in (of, arm)}
+        pairs = [(outcome[(case, of, trial)], outcome[(case, arm, trial)]) for (case, condition, trial) in outcome if condition == of and (case, arm, trial) in outcome]
+        flips = sum(1 for a, b in pairs if a != b)
+        out[arm] = {"of": of, "pairs": len(pairs), "flips": flips, "rate": flips / len(pairs) if pairs else None}
+    return out
+
+
 def summarise(rows: list[dict], grades: list[RecordGrade], conditions: list[str], *, resamples: int, seed: int, trials: int = 1) -> dict:
     out: dict = {"cases": len(rows), "content_cases": sum(1 for r in rows if r["content"]), "conditions": {}, "uplift": {}}
     chosen = {r["case"] for r in rows}
@@ -195,6 +211,32 @@ def summarise(rows: list[dict], grades: list[RecordGrade], conditions: list[str]
         # what one point of uplift costs per record, on top of the baseline
         entry["cost_per_point"] = (a - b) / (100 * entry["mean"]) if entry["mean"] and entry["mean"] > 0 and a is not None and b is not None else None
         out["uplift"][condition] = entry
+    out["noise"] = _noise(grades, conditions, chosen)
+    out["placebo"] = _placebo(rows, conditions, resamples=resamples, seed=seed)
+    return out
+
+
+# (what is measured, condition, condition it is compared with)
+PLACEBO_CONTRASTS = (
+    ("content", "inline", "inline-placebo"),  # the skill's text against as much unrelated text
+    ("context", "inline-placebo", BASE),  # as much unrelated text against none
+    ("decoy", "placebo", "skills"),  # a decoy beside the real skills in the catalogue
+)
+
+
+def _placebo(rows: list[dict], conditions: list[str], *, resamples: int, seed: int) -> dict:
+    """What the placebo arms separate: per case, the pass-rate difference between two
+    conditions, with the same paired bootstrap as the uplift."""
+    out = {}
+    for name, a, b in PLACEBO_CONTRASTS:
+        if a not in conditions or b not in conditions:
+            continue
+        diffs = [ra - rb for r in rows if (ra := r["conditions"][a]["pass_rate"]) is not None and (rb := r["conditions"][b]["pass_rate"]) is not None]
+        entry = {"of": a, "against": b, "cases": len(diffs), "mean": sum(diffs) / len(diffs) if diffs else None, "lo": None, "hi": None}
+        entry["undefined"] = _interval(diffs) if diffs else f"no case counted under both {a} and {b}"
+        if entry["undefined"] is None:
+            _, entry["lo"], entry["hi"] = stats.paired_bootstrap(diffs, resamples=resamples, seed=seed)
+        out[name] = entry
     return out
 
 
@@ -217,11 +259,13 @@ def routing(grades: list[RecordGrade], skill_names: list[str]) -> dict | None:
             continue
         outcomes[g.routing] += 1
         expected = g.expected_skill or NONE
-        # the first skill the model reached for is its routing decision
-        pairs.append((expected if expected in skill_names else NONE, g.activated[0] if g.activated else NONE))
+        # the first skill the model reached for is its routing decision; one outside the
+        # bundle (the placebo's decoy) is a label of its own
+        first = g.activated[0] if g.activated else NONE
+        pairs.append((expected if expected in skill_names else NONE, first if first in skill_names or first == NONE else OTHER))
     if not pairs:
         return None
-    labels = sorted(skill_names) + [NONE]
+    labels = sorted(skill_names) + [NONE] + ([OTHER] if any(p[1] == OTHER for p in pairs) else [])
     matrix = stats.confusion_matrix(pairs, labels)
     per = {}
     for label in labels:

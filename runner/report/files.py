@@ -137,6 +137,12 @@ def benchmark_md(report: dict) -> str:
               "Cost per point of uplift is the extra cost per record over the baseline divided by the points gained.", ""]
     lines += ["## Overall", "", *_group_table(report["overall"], conditions), ""]
     design = _design_lines(report["overall"], conditions)
+    for arm, noise in report["overall"].get("noise", {}).items():
+        share = "n/a" if noise["rate"] is None else f"{100 * noise['rate']:.0f}%"
+        design.append(f"- A/A arm {arm}: {noise['flips']} of {noise['pairs']} records ({share}) passed under one of {noise['of']} and {arm} and failed under the other, same case and trial: the noise floor of an uplift")
+    for name, entry in report["overall"].get("placebo", {}).items():
+        shown = "n/a" if entry["mean"] is None else f"{100 * entry['mean']:+.0f} pts " + (f"(interval undefined: {entry['undefined']})" if entry["undefined"] else f"[{100 * entry['lo']:+.0f}, {100 * entry['hi']:+.0f}]")
+        design.append(f"- {name}: {entry['of']} - {entry['against']} {shown} over {entry['cases']} cases")
     if design:
         lines += ["Clustered by case (each case's trials are one unit, not independent records); an uplift's minimum detectable effect is at alpha 0.05 and power 0.8 (`mbskills plan` sizes the next run):", "", *design, ""]
     for owner, summary in report["groups"].items():

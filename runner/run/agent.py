@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 
 from ..load import Case, Skill, case_files
 from ..providers import Price, Provider, ProviderError, Situation, Usage, count_attempts, request_key
-from .conditions import setup
+from .conditions import is_replica, setup
 from .rundir import ERROR, OK, TRUNCATED, TRUNCATION_STOPS, TURN_LIMIT, record_key
 from .skill_tools import SkillTools
 
@@ -58,7 +58,7 @@ async def run_job(job: Job, provider: Provider, cache, skills: list[Skill], *, m
     fatal one (bad key, unknown model), which is raised to stop the run."""
     case = job.case
     plan = setup(job.condition, case, skills)
-    tools = SkillTools(skills, offered=[t.name for t in plan.tools])
+    tools = SkillTools([*skills, *plan.extra], offered=[t.name for t in plan.tools])
     situation = Situation(case.key, job.condition, job.trial)
     messages: list[dict] = [{"role": "user", "content": user_message(case)}]
     turns: list[dict] = []
@@ -71,7 +71,7 @@ async def run_job(job: Job, provider: Provider, cache, skills: list[Skill], *, m
     identity = provider.identity()
     try:
         for _ in range(max_turns):
-            key = request_key(identity, plan.system, messages, plan.tools, job.trial) if provider.cacheable else None
+            key = request_key(identity, plan.system, messages, plan.tools, job.trial, job.condition if is_replica(job.condition) else None) if provider.cacheable else None
             reply = cache.get(key) if key else None
             cached = reply is not None
             request_clock = time.perf_counter()

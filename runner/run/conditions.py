@@ -7,9 +7,26 @@ from dataclasses import dataclass
 
 from ..load import Case, Skill
 from ..providers import Tool
+from .placebo import DECOY, decoy_skill, decoy_text
 from .skill_tools import ACTIVATE, READ, catalogue
 
-CONDITIONS = ("baseline", "skills", "inline")
+CONDITIONS = ("baseline", "skills", "inline", "placebo", "inline-placebo")
+REPLICA = "@"  # `baseline@2`: an identical second arm of a condition, its own requests and cache
+
+
+def base_condition(condition: str) -> str | None:
+    """The condition an arm repeats (`baseline@2` -> `baseline`), the condition itself for
+    a plain one, None for a name that is neither."""
+    name, sep, copy = condition.partition(REPLICA)
+    if name not in CONDITIONS:
+        return None
+    if not sep:
+        return name
+    return name if copy.isdigit() and not copy.startswith("0") and int(copy) >= 2 else None
+
+
+def is_replica(condition: str) -> bool:
+    return REPLICA in condition and base_condition(condition) is not None
 
 BASE_PROMPT = (
     "You are a coding assistant for an engineer who trains large models with NVIDIA "
@@ -29,18 +46,24 @@ class Setup:
     system: str
     tools: tuple[Tool, ...]
     inlined: str | None = None  # the skill put into the prompt (inline condition)
+    extra: tuple[Skill, ...] = ()  # skills the tools serve beyond the bundle's (the placebo's decoy)
 
 
 def setup(condition: str, case: Case, skills: list[Skill]) -> Setup:
+    condition = base_condition(condition) or condition  # a replica sees what its condition sees
     if condition == "baseline":
         return Setup(BASE_PROMPT, ())
     if condition == "skills":
         return Setup(f"{BASE_PROMPT}\n\n{SKILLS_PROMPT}\n\n{catalogue(skills)}", (ACTIVATE, READ))
-    if condition == "inline":
-        # The upper bound: the right skill, already read. A case that expects no skill
-        # gets none, i.e. the baseline prompt.
+    if condition == "placebo":
+        decoy = decoy_skill(skills)
+        return Setup(f"{BASE_PROMPT}\n\n{SKILLS_PROMPT}\n\n{catalogue([*skills, decoy])}", (ACTIVATE, READ), extra=(decoy,))
+    if condition in ("inline", "inline-placebo"):
+        # The upper bound: the right skill, already read (or, as a placebo, a decoy body
+        # of the same length). A case that expects no skill gets none: the baseline prompt.
         skill = next((s for s in skills if s.name == case.expected_skill), None)
         if skill is None:
             return Setup(BASE_PROMPT, ())
-        return Setup(f"{BASE_PROMPT}\n\nFollow this skill where it applies:\n<skill name=\"{skill.name}\">\n{skill.body.strip()}\n</skill>", (), skill.name)
+        name, body = (skill.name, skill.body.strip()) if condition == "inline" else (DECOY, decoy_text(len(skill.body.strip())))
+        return Setup(f"{BASE_PROMPT}\n\nFollow this skill where it applies:\n<skill name=\"{name}\">\n{body}\n</skill>", (), name)
     raise ValueError(f"unknown condition {condition!r}")

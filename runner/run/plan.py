@@ -11,7 +11,7 @@ from ..core import UsageError, defaults
 from ..load import Bundle, Case, Skill, bundle_files, fingerprint, load_skill
 from ..providers import Price, Provider, ProviderError
 from .agent import Job, run_job
-from .conditions import CONDITIONS
+from .conditions import CONDITIONS, base_condition
 from .rundir import ERROR, TRUNCATED, TURN_LIMIT, RunDir
 
 # When the first records to finish all failed with the same client-side error (a 4xx
@@ -89,9 +89,12 @@ class Plan:
     command: str | None = None
 
     def __post_init__(self) -> None:
-        unknown = [c for c in self.conditions if c not in CONDITIONS]
+        unknown = [c for c in self.conditions if base_condition(c) is None]
         if unknown or not self.conditions:
-            raise UsageError(f"--conditions: unknown {', '.join(unknown) or '(none given)'}; choose from {', '.join(CONDITIONS)}")
+            raise UsageError(f"--conditions: unknown {', '.join(unknown) or '(none given)'}; choose from {', '.join(CONDITIONS)}, or repeat one as NAME@2, NAME@3, ... (an A/A arm)")
+        twice = sorted({c for c in self.conditions if self.conditions.count(c) > 1})
+        if twice:
+            raise UsageError(f"--conditions: {', '.join(twice)} given twice; a second arm of a condition is NAME@2")
         if self.trials < 1 or self.max_turns < 1 or self.jobs < 1:
             raise UsageError("--trials, --max-turns and -j must be at least 1")
         if not self.cases:
