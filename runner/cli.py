@@ -402,7 +402,7 @@ def build_parser() -> argparse.ArgumentParser:
         "Exit 0 all records complete, 1 some ended in an error (see the summary), 2 unusable input, bad key or unknown model.",
     )
     p.add_argument("--model", required=True, help="openai:MODEL, anthropic:MODEL, or replay:DIR (recorded answers)")
-    p.add_argument("--conditions", default=defaults.CONDITIONS, help="comma list of baseline, skills, inline (default: %(default)s)")
+    p.add_argument("--conditions", default=defaults.CONDITIONS, help="comma list of baseline, skills, inline, placebo (a decoy skill beside the real ones), inline-placebo (a decoy body where inline puts the skill), and NAME@2, NAME@3, ... (an A/A arm repeating NAME) (default: %(default)s)")
     p.add_argument("--out", required=True, help="run directory (created; reused to resume)")
     p.add_argument("-j", "--jobs", type=_at_least(1), default=defaults.JOBS, help="records (so requests) in flight at once (default: %(default)s)")
     p.add_argument("--trials", type=_at_least(1), default=defaults.TRIALS, help="independent samples per case and condition (default: %(default)s)")

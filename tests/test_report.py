@@ -453,3 +453,15 @@ def test_scripted_run_numbers_match_hand_computed_expectations(tmp_path, good_bu
     assert "+67 [" in html and "demo-skill (skills)" in html
     assert main(["grade", str(out), "--fail-under-uplift", "0.7", "--min-cases", "6"]) == 1
     assert main(["grade", str(out), "--fail-under-uplift", "0.6"]) == 1  # 6 cases: underpowered at the default --min-cases
+
+
+def test_the_reports_carry_the_gates_verdict(replay_run, capsys):
+    assert main(["grade", str(replay_run), "--min-cases", "1"]) == 0
+    report = json.loads((replay_run / "report.json").read_text())
+    assert report["gates"] == {"given": False, "state": None, "failed": []}
+    assert main(["grade", str(replay_run), "--fail-under-uplift", "0", "--min-coverage", "0", "--min-cases", "1"]) == 1
+    report = json.loads((replay_run / "report.json").read_text())
+    assert report["gates"]["state"] == "failed" and report["gates"]["failed"][0].startswith("uplift skills - baseline +1.000 has no interval")
+    assert "**Gates: failed.**" in (replay_run / "BENCHMARK.md").read_text()
+    assert "Gates: failed." in (replay_run / "report.html").read_text()
+    capsys.readouterr()

@@ -207,6 +207,9 @@ def summarise(rows: list[dict], grades: list[RecordGrade], conditions: list[str]
         if entry["undefined"] is None:
             _, entry["lo"], entry["hi"] = stats.paired_bootstrap(diffs, resamples=resamples, seed=seed)
         entry.update(_paired_design(diffs))
+        # the interval cannot tell the observed uplift from none, and these cases could
+        # not detect an effect that size (gates judge the same against their threshold)
+        entry["underpowered"] = entry["lo"] is not None and entry["lo"] <= 0 <= entry["hi"] and entry["mde"] is not None and entry["mde"] > abs(entry["mean"])
         a, b = out["conditions"][condition]["cost_per_record"], out["conditions"][BASE]["cost_per_record"]
         # what one point of uplift costs per record, on top of the baseline
         entry["cost_per_point"] = (a - b) / (100 * entry["mean"]) if entry["mean"] and entry["mean"] > 0 and a is not None and b is not None else None

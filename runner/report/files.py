@@ -41,6 +41,8 @@ def _uplift(entry: dict | None) -> str:
     interval = f"interval undefined: {entry['undefined']}" if entry["undefined"] else f"[{100 * entry['lo']:+.0f}, {100 * entry['hi']:+.0f}]"
     holm = f", Holm p={entry['p_holm']:.3g} over {entry['tests']} skills" if entry.get("tests", 0) > 1 else ""
     mde = f"; detects {100 * entry['mde']:.0f} pts or more" if entry.get("mde") is not None else ""
+    if entry.get("underpowered"):
+        mde += ": underpowered"
     return f"{100 * entry['mean']:+.0f} pts {interval} (+{entry['improved']}/-{entry['regressed']}, p={entry['p_value']:.3g}{holm}){mde}"
 
 
@@ -135,6 +137,9 @@ def benchmark_md(report: dict) -> str:
     lines += ["Pass rates and uplift count content behaviours only (what the answer says); reading a skill is reported as activation, where a skill tool was offered, and in routing. "
               "Uplift is in percentage points of case pass rate, with a paired bootstrap 95% interval over cases (undefined for fewer than two cases or a constant difference), cases improved/regressed, and an exact sign test. "
               "Cost per point of uplift is the extra cost per record over the baseline divided by the points gained.", ""]
+    verdict = report.get("gates") or {}
+    if verdict.get("given"):
+        lines += [f"**Gates: {verdict['state']}.**" + ("" if not verdict["failed"] else " " + "; ".join(verdict["failed"])), ""]
     lines += ["## Overall", "", *_group_table(report["overall"], conditions), ""]
     design = _design_lines(report["overall"], conditions)
     for arm, noise in report["overall"].get("noise", {}).items():

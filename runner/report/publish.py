@@ -93,7 +93,10 @@ def publish(graded: GradedRun, gate: Gates = Gates(), *, resamples: int = defaul
         resamples=resamples,
         seed=seed,
     )
-    paths = write_all(graded.path, report, graded.grades, gated=gate.given)
     harness = None if allow_incomplete else _harness(report)
     failed = [] if harness else gates(report, fail_under_uplift=gate.fail_under_uplift, fail_under_pass=gate.fail_under_pass, fail_on_regression=gate.fail_on_regression, min_coverage=gate.coverage_floor, min_cases=gate.min_cases)
+    # the verdict goes into the reports, so a reader of report.json sees what the exit code said
+    state = None if not gate.given else "not judged" if harness else "underpowered" if any(f.startswith("underpowered") for f in failed) else "failed" if failed else "passed"
+    report["gates"] = {"given": gate.given, "state": state, "failed": failed}
+    paths = write_all(graded.path, report, graded.grades, gated=gate.given)
     return Published(report, paths, _summary(report, len(graded.grades)), banner(report), harness, failed)
