@@ -333,3 +333,19 @@ def test_a_yaml_alias_bomb_is_refused_in_under_a_second(tmp_path, capsys):
     started = time.perf_counter()
     normalise("```yaml\n" + _alias_bomb() + "```\n")
     assert time.perf_counter() - started < 1.0
+
+
+def test_a_run_whose_trials_is_a_float_is_one_line_not_a_traceback(tmp_path, capsys):
+    # JSON Schema counts 1.0 as an integer; the plan needs a whole number (found by the fuzzer)
+    from runner.cli import main as cli
+
+    calibration = REPO / "evals" / "calibration"
+    run = tmp_path / "run"
+    assert cli(["eval", "--bundle", str(REPO), "--model", f"replay:{calibration}", "--case", "route-fsdp-oom", "--out", str(run), "--progress", "plain"]) == 0
+    info = json.loads((run / "run.json").read_text())
+    info["trials"] = 1.0
+    (run / "run.json").write_text(json.dumps(info))
+    capsys.readouterr()
+    assert cli(["grade", str(run)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith("run.json: field 'trials' 1.0 is not a whole number") and "\n" not in err

@@ -14,8 +14,7 @@ import random
 from functools import lru_cache
 from pathlib import Path
 
-from ..load import Skill
-from ..load.parsing import split_frontmatter
+from ..load import Skill, split_frontmatter
 
 DECOY = "aquarium-water-care"
 _SENTENCES = (

@@ -234,6 +234,8 @@ def _check_info(run_file: Path, info: object) -> dict:
     if problems:
         first = problems[0]
         raise UsageError(f"{run_file}: {'field ' + repr(_where(first.path)) + ' ' if first.path else ''}{first.message}")
+    if type(info["trials"]) is not int:  # JSON Schema calls 2.0 an integer; range() does not
+        raise UsageError(f"{run_file}: field 'trials' {info['trials']!r} is not a whole number")
     return info  # type: ignore[return-value]
 
 
