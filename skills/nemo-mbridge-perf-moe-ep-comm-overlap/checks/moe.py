@@ -105,14 +105,6 @@ def passes(ctx: Context, cfg, what: str):
     return cfg
 
 
-def read_exception(ctx: Context, name: str) -> type[BaseException]:
-    import builtins
-
-    kind = getattr(builtins, name, None)
-    ctx.expect(isinstance(kind, type) and issubclass(kind, BaseException), f"SKILL.md names {name!r}, which is no built-in exception")
-    return kind
-
-
 # --- enabling ---------------------------------------------------------------------------
 
 
@@ -201,12 +193,11 @@ def model_field_names(ctx: Context) -> None:
                 continue
             for node in ast.walk(ast.parse(text)):
                 if isinstance(node, ast.Attribute) and node.attr == name:
-                    (assigned if isinstance(node.ctx, ast.Store) else read).append(f"{path.name}:{node.lineno}")
+                    (assigned if isinstance(node.ctx, ast.Store) else read).append(path)
                 elif isinstance(node, ast.Constant) and node.value == name:
-                    read.append(f"{path.name}:{node.lineno}")  # getattr(cfg, "name") and the like
-    ctx.expect(assigned, f"no Bridge or megatron-core file assigns {name}")
-    ctx.expect(any("recipes" in str(p) for p in _package_files("megatron.bridge") if name in p.read_text("utf-8", errors="replace")), f"no recipe assigns {name}")
-    ctx.expect(not read, f"{name} is read at {read[:3]}")
+                    read.append(path)  # getattr(cfg, "name") and the like
+    ctx.expect(any("recipes" in path.parts for path in assigned), f"no recipe assigns {name}")
+    ctx.expect(not read, f"{name} is read in {sorted({p.name for p in read})[:3]}")
     s = ctx.read("The model's fields are `{f1:code}` and `{f2:code}`.")
     ctx.expect({s.f1, s.f2} == {FLAG, DELAY} and {s.f1, s.f2} <= fields, f"SKILL.md names {s.f1} and {s.f2}")
 
@@ -503,12 +494,10 @@ def delay_wgrad_needs_overlap(ctx: Context) -> None:
     ctx.expect(getattr(cfg.model, DELAY) is True, f"{DELAY} did not reach the model")
 
 
-def te_at(version: str | None):
-    """Bridge's Transformer Engine version test as if `version` were installed (None: as installed)."""
+def te_at(version: str):
+    """Bridge's Transformer Engine version test as if `version` were installed."""
     from packaging.version import Version
 
-    if version is None:
-        return mock.patch.object(comm_overlap_module(), "is_te_min_version", comm_overlap_module().is_te_min_version)
     return mock.patch.object(comm_overlap_module(), "is_te_min_version", lambda wanted, *a, **k: Version(version) >= Version(wanted))
 
 
@@ -533,20 +522,17 @@ def delay_wgrad_te_floor(ctx: Context) -> None:
     ctx.expect(str(get_te_version()) == r.zero, f"without Transformer Engine megatron-core reports version {get_te_version()}, not {r.zero}")
     ctx.expect(f">= {r.version} " in r.m and r.m.endswith(f"Current TE version: {r.zero}"), f"the message does not state the floor {r.version} and the version {r.zero}")
 
-    def ddp_on(cfg) -> None:
-        set_field(cfg, r.ddp, True)
-
-    for change, flag_name in ((ddp_on, r.ddp.rsplit(".", 1)[-1]),):
+    flag_name = r.ddp.rsplit(".", 1)[-1]
+    cfg = with_delay(ctx)
+    set_field(cfg, r.ddp, True)
+    refuses(ctx, cfg, r.m, "bridge")
+    for installed, fails in ((r.version, False), (below(r.version), True)):
         cfg = with_delay(ctx)
-        change(cfg)
-        refuses(ctx, cfg, r.m, "bridge")
-        for installed, fails in ((r.version, False), (below(r.version), True)):
-            cfg = with_delay(ctx)
-            change(cfg)
-            with te_at(installed):
-                error, where = outcome(cfg)
-            stopped = error is not None and where == "bridge" and flag_name in str(error)
-            ctx.expect(stopped is fails, f"with Transformer Engine {installed} Bridge {'passes' if not stopped else 'stops'} {flag_name} with {r.field}")
+        set_field(cfg, r.ddp, True)
+        with te_at(installed):
+            error, where = outcome(cfg)
+        stopped = error is not None and where == "bridge" and flag_name in str(error)
+        ctx.expect(stopped is fails, f"with Transformer Engine {installed} Bridge {'passes' if not stopped else 'stops'} {flag_name} with {r.field}")
     s = ctx.read("The same floor holds with `{gaf:code}`.")
     target, value = assignment(s.gaf)
     cfg = with_delay(ctx)
