@@ -160,6 +160,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
         pricing=Path(args.pricing) if args.pricing else None,
         progress=args.progress,
         command=args.command_line,
+        agent=args.agent,
+        agent_bin=args.agent_bin,
+        isolate_network=args.isolate_network,
+        agent_timeout=args.agent_timeout,
     )
     summary = run_eval(_bundle(args), request)
     say(summary.line(args.out))
@@ -401,7 +405,11 @@ def build_parser() -> argparse.ArgumentParser:
         "Rerunning the same command resumes: finished records are kept, failed ones retried, answered requests come from the cache. "
         "Exit 0 all records complete, 1 some ended in an error (see the summary), 2 unusable input, bad key or unknown model.",
     )
-    p.add_argument("--model", required=True, help="openai:MODEL, anthropic:MODEL, or replay:DIR (recorded answers)")
+    p.add_argument("--model", required=True, help="openai:MODEL, anthropic:MODEL, or replay:DIR (recorded answers); with --agent gemini-cli, gemini:MODEL")
+    p.add_argument("--agent", choices=defaults.AGENTS, default="api", help="api: the project's own tool loop (default); or each record one headless session of that agent client: codex (openai:, Responses), claude-code (anthropic:), gemini-cli (gemini:), qwen-code and opencode (openai:, Chat Completions)")
+    p.add_argument("--agent-bin", help="the client's executable (default: the pinned one `bash run.sh test` installs in tests/clients, else the one on PATH)")
+    p.add_argument("--agent-timeout", type=_finite(True), default=defaults.AGENT_TIMEOUT_S, help="seconds for one client session; past it its process group is killed and the record is an error (default: %(default)s)")
+    p.add_argument("--isolate-network", action="store_true", help="run each client in its own network namespace (Linux, unshare) that reaches only --base-url (an http:// endpoint), relayed")
     p.add_argument("--conditions", default=defaults.CONDITIONS, help="comma list of baseline, skills, inline, placebo (a decoy skill beside the real ones), inline-placebo (a decoy body where inline puts the skill), and NAME@2, NAME@3, ... (an A/A arm repeating NAME) (default: %(default)s)")
     p.add_argument("--out", required=True, help="run directory (created; reused to resume)")
     p.add_argument("-j", "--jobs", type=_at_least(1), default=defaults.JOBS, help="records (so requests) in flight at once (default: %(default)s)")

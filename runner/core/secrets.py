@@ -14,7 +14,7 @@ from urllib.parse import quote, quote_plus
 
 REDACTED = "[redacted]"
 # Where each provider's key comes from (the providers read them; the CLI redacts them).
-KEY_VARIABLES = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
+KEY_VARIABLES = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY", "gemini": "GEMINI_API_KEY"}
 MIN_SECRET = 8  # shorter values are not keys, and replacing them would mangle ordinary text
 _forms: set[str] = set()
 

@@ -17,6 +17,12 @@ from .transcript import activations, grade_process, process_behaviour, routing_o
 from .types import CONTENT, GRADED, JUDGE_ERROR, PROCESS, PROCESS_ONLY, RECORD_ERROR, TRUNCATED, TURN_LIMIT, UNGRADED, BehaviourGrade, Correctness, RecordGrade
 
 
+def skills_offered(record: dict) -> bool:
+    """Could the agent find and read skills: the API loop offered its skill tool, or an
+    agent client had the bundle installed in its workspace."""
+    return "activate_skill" in record["tools_offered"] or bool((record.get("agent") or {}).get("skills_installed"))
+
+
 def _final(items: list[BehaviourGrade], nothing: str | None) -> None:
     """Each behaviour's verdict by the policy (runner/grade/policy.py)."""
     content = [b for b in items if b.kind == CONTENT]
@@ -65,7 +71,7 @@ async def grade_record(record: dict, case: Case, skill_names: list[str], checks:
         trial=record["trial"],
         expected_skill=record["expected_skill"],
         activated=activated,
-        routing=routing_outcome(record["expected_skill"], activated) if "activate_skill" in record["tools_offered"] else None,
+        routing=routing_outcome(record["expected_skill"], activated) if skills_offered(record) else None,
         turns=len(record["turns"]),
         input_tokens=input_tokens,
         output_tokens=output_tokens,

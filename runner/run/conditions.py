@@ -49,6 +49,41 @@ class Setup:
     extra: tuple[Skill, ...] = ()  # skills the tools serve beyond the bundle's (the placebo's decoy)
 
 
+INLINE_LEAD = "Follow this skill where it applies:"
+
+
+def inline_block(name: str, body: str) -> str:
+    return f'{INLINE_LEAD}\n<skill name="{name}">\n{body}\n</skill>'
+
+
+@dataclass(frozen=True)
+class ClientSetup:
+    """What an agent client's workspace holds under a condition: the same arms as the API
+    loop, through the client's own folders (its skills folder, its instruction file)."""
+
+    install: bool = False
+    extra: tuple[Skill, ...] = ()
+    instructions: str | None = None
+    inlined: str | None = None
+
+
+def client_setup(condition: str, case: Case, skills: list[Skill]) -> ClientSetup:
+    condition = base_condition(condition) or condition
+    if condition == "baseline":
+        return ClientSetup()
+    if condition == "skills":
+        return ClientSetup(install=True)
+    if condition == "placebo":
+        return ClientSetup(install=True, extra=(decoy_skill(skills),))
+    if condition in ("inline", "inline-placebo"):
+        skill = next((s for s in skills if s.name == case.expected_skill), None)
+        if skill is None:
+            return ClientSetup()
+        name, body = (skill.name, skill.body.strip()) if condition == "inline" else (DECOY, decoy_text(len(skill.body.strip())))
+        return ClientSetup(instructions=inline_block(name, body), inlined=name)
+    raise ValueError(f"unknown condition {condition!r}")
+
+
 def setup(condition: str, case: Case, skills: list[Skill]) -> Setup:
     condition = base_condition(condition) or condition  # a replica sees what its condition sees
     if condition == "baseline":
@@ -65,5 +100,5 @@ def setup(condition: str, case: Case, skills: list[Skill]) -> Setup:
         if skill is None:
             return Setup(BASE_PROMPT, ())
         name, body = (skill.name, skill.body.strip()) if condition == "inline" else (DECOY, decoy_text(len(skill.body.strip())))
-        return Setup(f"{BASE_PROMPT}\n\nFollow this skill where it applies:\n<skill name=\"{name}\">\n{body}\n</skill>", (), name)
+        return Setup(f"{BASE_PROMPT}\n\n{inline_block(name, body)}", (), name)
     raise ValueError(f"unknown condition {condition!r}")

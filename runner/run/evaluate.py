@@ -37,6 +37,10 @@ class EvalRequest:
     pricing: Path | None = None
     progress: str = "auto"
     command: str | None = None  # the command line, kept in run.json so `grade` can say how to finish a run
+    agent: str = "api"  # api: the project's own tool loop; or an agent client's name
+    agent_bin: str | None = None
+    isolate_network: bool = False
+    agent_timeout: float = defaults.AGENT_TIMEOUT_S
 
 
 # validate's rules about what a run asks and how it is graded: the eval files, the checks
@@ -67,6 +71,10 @@ def run_eval(bundle: Bundle, request: EvalRequest) -> Summary:
     cases = select_cases(bundle_cases(bundle), skills=list(request.skills) or None, pattern=request.cases, limit=request.limit)
     _require_valid(bundle)
     plan = Plan(bundle, cases, list(request.conditions), request.trials, max_turns=request.max_turns, jobs=request.jobs, command=request.command)
+    if request.agent != "api":
+        return _run_agent(bundle, plan, request)
+    if request.agent_bin or request.isolate_network:
+        raise UsageError("--agent-bin and --isolate-network apply to --agent CLIENT, not to --agent api")
     prices = PriceTable(request.pricing)
     provider = open_provider(request.model, request.settings, request.transport, api=request.api, base_url=request.base_url)
     price = price_for(provider, prices)
@@ -84,3 +92,19 @@ def run_eval(bundle: Bundle, request: EvalRequest) -> Summary:
     finally:
         out.close()
         cache.close()
+
+
+def _run_agent(bundle: Bundle, plan: Plan, request: EvalRequest) -> Summary:
+    """The same plan, each record a session of the named client (runner.agents)."""
+    from ..agents import Agent
+
+    given = [flag for flag, value in (("--api", request.api), ("--temperature", request.settings.temperature), ("--max-tokens", request.settings.max_tokens), ("--reasoning-effort", request.settings.reasoning_effort), ("--seed", request.settings.seed)) if value is not None]
+    if given:
+        raise UsageError(f"{given[0]} does not reach an agent client (--agent {request.agent} keeps its own settings); drop it or use --agent api")
+    agent = Agent(request.agent, request.model, base_url=request.base_url, binary=request.agent_bin, isolate=request.isolate_network, timeout_s=request.agent_timeout)
+    price = PriceTable(request.pricing).lookup(agent.endpoint.provider, agent.model)
+    out = RunDir(request.out)
+    try:
+        return asyncio.run(run_plan(plan, None, None, out, lambda total: make_progress(total, mode=request.progress), price, agent=agent))
+    finally:
+        out.close()

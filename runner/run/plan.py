@@ -9,8 +9,9 @@ from dataclasses import dataclass, field
 from .. import __version__
 from ..core import UsageError, defaults
 from ..load import Bundle, Case, Skill, bundle_files, fingerprint, load_skill
-from ..providers import Price, Provider, ProviderError
+from ..providers import Price, ProviderError
 from .agent import Job, run_job
+from .client_job import CLIENT_ERRORS, run_client_job
 from .conditions import CONDITIONS, base_condition
 from .rundir import ERROR, TRUNCATED, TURN_LIMIT, RunDir
 
@@ -18,7 +19,7 @@ from .rundir import ERROR, TRUNCATED, TURN_LIMIT, RunDir
 # other than 429, a refused connection, a body that is not the API's JSON), the rest would
 # fail the same way: the run stops instead of sending them.
 EARLY_RECORDS = 3
-CLIENT_KINDS = ("bad_request", "connection", "protocol", "not_json")
+CLIENT_KINDS = ("bad_request", "connection", "protocol", "not_json", *CLIENT_ERRORS)
 
 # What makes a run directory belong to a command: changing one of these needs a new --out.
 # The plan (cases x conditions x trials) is part of it: a run's rates count its records.
@@ -104,7 +105,7 @@ class Plan:
         return [Job(case, condition, trial) for case in self.cases for condition in self.conditions for trial in range(self.trials)]
 
 
-def run_info(plan: Plan, provider: Provider, skills: list[Skill]) -> dict:
+def run_info(plan: Plan, provider, skills: list[Skill]) -> dict:
     files = bundle_files(plan.bundle.root, skills, plan.cases)
     return {
         "format": 1,
@@ -121,8 +122,12 @@ def run_info(plan: Plan, provider: Provider, skills: list[Skill]) -> dict:
     }
 
 
-async def run_plan(plan: Plan, provider: Provider, cache, out: RunDir, progress_factory, price: Price | None) -> Summary:
+async def run_plan(plan: Plan, provider, cache, out: RunDir, progress_factory, price: Price | None, agent=None) -> Summary:
+    """`provider` answers through the project's own tool loop; with `agent` (an
+    agents.Agent) each record is a session of that client instead."""
     skills = [load_skill(d) for d in plan.bundle.skill_dirs()]
+    if agent is not None:
+        provider = agent
     prepare = getattr(provider, "prepare", None)
     if prepare is not None:
         prepare([c.key for c in plan.cases], plan.conditions)
@@ -134,6 +139,8 @@ async def run_plan(plan: Plan, provider: Provider, cache, out: RunDir, progress_
 
     async def one(job: Job) -> dict:
         async with gate:
+            if agent is not None:
+                return await run_client_job(job, agent, plan.bundle, skills, price=price)
             return await run_job(job, provider, cache, skills, max_turns=plan.max_turns, price=price)
 
     # The first records run alone, as a probe: if they all fail with the same client

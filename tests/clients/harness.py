@@ -26,7 +26,7 @@ import pytest
 CLIENTS = Path(__file__).resolve().parent
 REPO = CLIENTS.parent.parent
 BIN = CLIENTS / "node_modules" / ".bin"
-JAIL = CLIENTS / "jail.py"
+JAIL = REPO / "runner" / "agents" / "jail.py"  # the runner's own, as `mbskills eval --isolate-network` uses it
 PORT = 18181  # inside each client's own namespace, so never taken
 # run.sh sets this once it has installed the clients: from then on a missing one fails.
 REQUIRED = os.environ.get("MBSKILLS_REQUIRE_CLIENTS") == "1"

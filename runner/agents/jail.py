@@ -1,7 +1,8 @@
-"""Runs inside a fresh network namespace (started by harness.run_jailed through `unshare
---net`): brings up loopback, forwards 127.0.0.1:PORT to the scripted model server's Unix
-socket, runs the client and exits with its status. Loopback is the only interface, so the
-client can reach nothing but the scripted server.
+"""Runs inside a fresh network namespace (started through `unshare --net` by
+`mbskills eval --isolate-network`, and by the client tests): brings up loopback, forwards
+127.0.0.1:PORT to a Unix socket outside (the model endpoint's relay, or the scripted
+server), runs the client and exits with its status. Loopback is the only interface, so the
+client reaches nothing but that socket. Standard library only: it runs as a plain script.
 
 usage: python jail.py PORT SOCKET -- ARGV...
 """
