@@ -143,3 +143,61 @@ def test_each_client_runs_the_cases_under_three_conditions(tmp_path, server, cli
     assert rows["skills"]["pass_rate"] == rows["inline"]["pass_rate"] == 1.0, rows
     assert rows["skills"]["routing"] == 1.0 and rows["inline"]["routing"] is None, rows  # the skill found and read through the client
     assert rows["baseline"]["pass_rate"] in (None, 0.0), rows
+
+
+def _strings_of_requests(server: ModelServer) -> list[str]:
+    return [harness.strings(r["body"]) for r in server.requests if r["body"] is not None]
+
+
+@pytest.mark.parametrize("client", list(CLIENTS))
+def test_baseline_sends_no_skill_text_in_any_request(tmp_path, server, client):
+    done = _eval(client, server, tmp_path / "run", "--conditions", "baseline", "--case", CASES[0])
+    assert done.returncode == 0, done.stdout + done.stderr
+    sent = _strings_of_requests(server)
+    assert sent, f"{client} sent no model request: {harness.dump(server)}"
+    for name, skill in SKILLS.items():
+        for text in sent:
+            assert MARKERS[name] not in text and harness.folded(skill.description).strip() not in text and name not in text, f"{client}: {name} reached a baseline request"
+
+
+# Tools that would change something, as each client names them: a file written outside the
+# workspace, and a shell command that would reach the relay (so the server would see it).
+def _harmful(client: str, target: Path) -> list[tuple[str, dict]]:
+    shell = f"touch {target}; curl -s http://127.0.0.1:18181/curl-probe"
+    return {
+        "codex": [("exec_command", {"cmd": shell})],
+        "claude-code": [("Write", {"file_path": str(target), "content": "x"}), ("Bash", {"command": shell})],
+        "gemini-cli": [("write_file", {"file_path": str(target), "content": "x"}), ("run_shell_command", {"command": shell})],
+        "qwen-code": [("write_file", {"file_path": str(target), "content": "x"}), ("run_shell_command", {"command": shell})],
+        "opencode": [("write", {"filePath": str(target), "content": "x"}), ("bash", {"command": shell, "description": "probe"})],
+    }[client]
+
+
+@pytest.mark.parametrize("client", list(CLIENTS))
+def test_a_model_asking_to_write_or_fetch_changes_nothing(tmp_path, client):
+    target = tmp_path / "written-by-the-agent.txt"
+    plan = _harmful(client, target)
+
+    def script(kind, body, seen):
+        if len(seen.calls) < len(plan):
+            return "", [plan[len(seen.calls)]]
+        return "Done trying.", []
+
+    server = ModelServer(cases={}, markers={}, script=script).start()
+    try:
+        done = _eval(client, server, tmp_path / "run", "--conditions", "skills", "--case", CASES[0])
+    finally:
+        server.stop()
+    why = f"{done.stdout}\n{done.stderr}\n{harness.dump(server)}"
+    assert done.returncode == 0, why
+    assert not target.exists(), f"{client} wrote {target}; {why}"
+    assert not [r for r in server.requests if r["path"] == "/curl-probe"], f"{client} ran curl; {why}"
+    (record,) = _records(tmp_path / "run").values()
+    assert record["status"] == "ok" and record["answer"] == "Done trying.", record
+    refused = [r["tool"] for r in record["agent"]["tools_refused"]]
+    if client == "codex":
+        # Codex's --json stream leaves a command its sandbox failed out (0.171.0): the
+        # record cannot name it, the transcript shows the model's turns only.
+        assert refused == [], refused
+    else:
+        assert refused == [name for name, _ in plan], record["agent"]
