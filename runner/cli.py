@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from . import __version__
-from .core import EXIT_FINDINGS, EXIT_HARNESS, EXIT_OK, EXIT_USAGE, KEY_VARIABLES, MbskillsError, UsageError, defaults, redact_standard_streams, register_secret, write_atomic
+from .core import EXIT_FINDINGS, EXIT_HARNESS, EXIT_OK, EXIT_USAGE, KEY_VARIABLES, MbskillsError, UsageError, defaults, redact_standard_streams, register_secret, write_all_atomic, write_atomic
 
 
 def say(line: str) -> None:
@@ -209,6 +209,34 @@ def cmd_grade(args: argparse.Namespace) -> int:
     for line in published.failed_gates:
         say(f"gate failed: {line}")
     return EXIT_FINDINGS if published.failed_gates else EXIT_OK
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from .grade import grade_run
+    from .report import comparison, comparison_markdown, publish
+
+    judge = _judge_options(args, calibration=args.calibration, min_kappa=args.min_kappa)
+    runs, harness = [], []
+    for run in args.runs:
+        graded = grade_run(Path(run), judge, allow_incomplete=args.allow_incomplete)
+        published = publish(graded, resamples=args.resamples, seed=args.seed, allow_incomplete=args.allow_incomplete)
+        if published.harness:
+            harness.append(f"{run}: {published.harness}")
+        runs.append((run, graded.info, published.report))
+    table = comparison(runs)
+    text = comparison_markdown(table)
+    if args.out:
+        out = Path(args.out)
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UsageError(f"{out}: cannot create the folder ({exc.strerror or exc})") from None
+        write_all_atomic({out / "comparison.json": json.dumps(table, indent=2) + "\n", out / "comparison.md": text})
+        say(f"wrote {out / 'comparison.json'}, {out / 'comparison.md'}")
+    print(json.dumps(table, indent=2) if args.json else text, end="" if not args.json else "\n")
+    for line in harness:
+        say(f"mbskills: {line}")
+    return EXIT_HARNESS if harness else EXIT_OK
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
@@ -452,6 +480,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resamples", type=_at_least(100), default=defaults.RESAMPLES, help="bootstrap resamples (default: %(default)s)")
     p.add_argument("--seed", type=int, default=defaults.SEED, help="bootstrap seed (default: %(default)s)")
     p.set_defaults(func=cmd_grade)
+
+    p = sub.add_parser(
+        "compare",
+        parents=[judge, transport],
+        help="grade runs of the same cases (the API loop, agent clients) and print them side by side",
+        description="Grades each run as `mbskills grade` does (writing its reports into its folder) and prints one row per run and condition: "
+        "pass rate with coverage, how often the skill was read where it was offered, tokens and turns per record. Exit 0, 2 unusable input (runs of different cases), "
+        "3 a run is incomplete (see --allow-incomplete) or the judge could not grade some answers.",
+    )
+    p.add_argument("runs", nargs="+", metavar="RUN", help="run directories written by `mbskills eval` (with or without --agent)")
+    p.add_argument("--out", help="also write comparison.json and comparison.md into this folder")
+    p.add_argument("--json", action="store_true", help="print the table as JSON")
+    p.add_argument("--allow-incomplete", action="store_true", help="compare runs with records missing or failed (their coverage shows it)")
+    p.add_argument("--calibration", metavar="FILE", help="the judge's calibration, as for grade")
+    p.add_argument("--min-kappa", type=_fraction, default=defaults.MIN_KAPPA, help="as for grade (default: %(default)s)")
+    p.add_argument("--resamples", type=_at_least(100), default=defaults.RESAMPLES, help="bootstrap resamples (default: %(default)s)")
+    p.add_argument("--seed", type=int, default=defaults.SEED, help="bootstrap seed (default: %(default)s)")
+    p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser(
         "calibrate",

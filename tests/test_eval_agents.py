@@ -201,3 +201,27 @@ def test_a_model_asking_to_write_or_fetch_changes_nothing(tmp_path, client):
         assert refused == [], refused
     else:
         assert refused == [name for name, _ in plan], record["agent"]
+
+
+def test_compare_puts_a_client_beside_the_api_loop(tmp_path, server):
+    cases = [a for c in CASES for a in ("--case", c)]
+    api = _mbskills("eval", "--model", f"replay:{CALIBRATION}?baseline=bad-1", "--conditions", "baseline,skills", "--out", str(tmp_path / "api"), "--progress", "plain", *cases)
+    assert api.returncode == 0, api.stderr
+    agent = _eval("claude-code", server, tmp_path / "claude", "--conditions", "baseline,skills", "-j", "2", *cases)
+    assert agent.returncode == 0, agent.stdout + agent.stderr
+    done = _mbskills("compare", str(tmp_path / "api"), str(tmp_path / "claude"), "--out", str(tmp_path / "cmp"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    table = json.loads((tmp_path / "cmp" / "comparison.json").read_text())
+    rows = {(r["agent"], r["condition"]): r for r in table["rows"]}
+    assert set(rows) == {("api", "baseline"), ("api", "skills"), ("claude-code", "baseline"), ("claude-code", "skills")}
+    for who in ("api", "claude-code"):
+        assert rows[who, "skills"]["pass_rate"] == 1.0 and rows[who, "skills"]["routing"] == 1.0, rows
+        assert rows[who, "baseline"]["routing"] is None, rows  # nothing was offered to read
+    assert rows["claude-code", "skills"]["tokens"] > 0 and rows["api", "skills"]["tokens"] is None  # a recording has no token counts
+    assert "| claude-code " in done.stdout and "| api loop · replay:" in done.stdout, done.stdout
+    other = _mbskills("compare", str(tmp_path / "api"), str(tmp_path / "run-of-one"))
+    assert other.returncode == 2 and "Traceback" not in other.stderr, other.stderr
+    one_case = _mbskills("eval", "--model", f"replay:{CALIBRATION}", "--conditions", "baseline", "--out", str(tmp_path / "one"), "--progress", "plain", "--case", CASES[0])
+    assert one_case.returncode == 0, one_case.stderr
+    differ = _mbskills("compare", str(tmp_path / "api"), str(tmp_path / "one"))
+    assert differ.returncode == 2 and "holds other cases" in differ.stderr and len(differ.stderr.strip().splitlines()) == 1, differ.stderr

@@ -3,6 +3,7 @@ overall, with intervals and paired uplift), BENCHMARK.md, report.html, junit.xml
 CI gates."""
 
 from .aggregate import SCHEMA_VERSION, build
+from .compare import comparison, comparison_markdown
 from .files import benchmark_md, gates, junit_xml, write_all
 from .html import render
 from .publish import Gates, Published, publish
@@ -13,6 +14,8 @@ __all__ = [
     "Published",
     "benchmark_md",
     "build",
+    "comparison",
+    "comparison_markdown",
     "gates",
     "junit_xml",
     "publish",
