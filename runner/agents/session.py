@@ -64,7 +64,28 @@ def find_binary(client: AgentClient, explicit: str | None) -> Path:
     raise UsageError(f"--agent {client.name}: `{client.binary}` not found; `bash run.sh test` installs the pinned clients ({client.package} in tests/clients), or put it on PATH, or pass --agent-bin")
 
 
+def _package_version(client: AgentClient, binary: Path) -> str | None:
+    """The version in the client's own npm package.json, found up from the resolved
+    executable (an npm install links node_modules/.bin/NAME into its package)."""
+    for folder in binary.resolve().parents:
+        manifest = folder / "package.json"
+        if manifest.is_file():
+            try:
+                data = json.loads(manifest.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                return None
+            if isinstance(data, dict) and data.get("name") == client.package and isinstance(data.get("version"), str):
+                return data["version"]
+            return None  # the nearest package is another one
+    return None
+
+
 def client_version(client: AgentClient, binary: Path) -> str:
+    """From its package.json when it is the npm package (instant: Gemini CLI takes 1.5 s to
+    print --version), else from `--version`."""
+    known = _package_version(client, binary)
+    if known:
+        return known
     with tempfile.TemporaryDirectory(prefix="mbskills-version-") as home:
         try:
             done = subprocess.run([str(binary), "--version"], env=base_env(Path(home), binary), capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)

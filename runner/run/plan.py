@@ -145,7 +145,10 @@ async def run_plan(plan: Plan, provider, cache, out: RunDir, progress_factory, p
 
     # The first records run alone, as a probe: if they all fail with the same client
     # error, the run stops before anything else is sent.
-    probe, rest = pending[:EARLY_RECORDS], pending[EARLY_RECORDS:]
+    # An agent client's session is slow: its probe is the whole first wave, so that no
+    # slot idles while it runs.
+    early = max(EARLY_RECORDS, plan.jobs) if agent is not None else EARLY_RECORDS
+    probe, rest = pending[:early], pending[early:]
     with progress_factory(len(pending)) as progress:
         tasks: list[asyncio.Task] = []
 
