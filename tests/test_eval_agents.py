@@ -49,6 +49,8 @@ def _answer(case_key: str, good: bool) -> str:
 
 SKILLS = {s.name: s for s in harness.bundle_skills()}
 MARKERS = {name: harness.folded(harness.body_marker(s)) for name, s in SKILLS.items()}
+# the first and the last line of each SKILL.md body
+EDGES = {name: tuple(harness.folded(line.strip()) for line in (lines[0], lines[-1])) for name, s in SKILLS.items() for lines in [[x for x in s.body.splitlines() if x.strip()]]}
 
 
 def _skill_call(kind: str, body: dict, name: str) -> tuple[str, dict] | None:
@@ -130,6 +132,12 @@ def test_each_client_runs_the_cases_under_three_conditions(tmp_path, server, cli
         if condition == "skills":
             assert r["activated_skills"] == [expected], say
             assert f"saw-skill:{expected}" in r["answer"], say  # its SKILL.md text reached the model
+            returned = harness.folded(" ".join(m["content"] for m in r["messages"] if m["role"] == "tool"))
+            first, last = EDGES[expected]
+            if client == "codex":  # 0.171.0 cuts a long command output before the model sees it
+                assert "truncated output" in returned and first in returned and last not in returned, say
+            else:
+                assert first in returned and last in returned, say  # the whole body came back
             assert r["agent"]["instruction_file"] is None, say
         elif condition == "inline":
             assert r["activated_skills"] == [] and r["inlined_skill"] == expected, say

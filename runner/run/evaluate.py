@@ -4,6 +4,7 @@ directory, run the plan, and close everything again whatever happens."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,15 +50,41 @@ class EvalRequest:
 RUN_RULES = ("evals/", "checks/", "bundle/", "yaml/", "calibration/")
 
 
+def _state(bundle: Bundle) -> str:
+    """A digest of every file validation reads (card.yaml, skills/, evals/) and of the
+    runner's own code, by path, size and modification time: equal digests, equal verdict."""
+    digest = hashlib.sha256()
+    roots = [bundle.root / "card.yaml", bundle.root / "skills", bundle.root / "evals", Path(__file__).resolve().parents[1]]
+    for root in roots:
+        paths = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+        for path in paths:
+            try:
+                stat = path.stat()
+            except OSError:
+                continue
+            digest.update(f"{path}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+    return digest.hexdigest()
+
+
 def _require_valid(bundle: Bundle) -> None:
     """Before any request: a run on a bundle with such findings (a case whose expected skill
-    is not in it, a missing script, a sidecar that cannot grade) would measure nothing."""
+    is not in it, a missing script, a sidecar that cannot grade) would measure nothing. A
+    clean verdict is remembered for the bundle's state (~/.cache/mbskills/validated/), so
+    evals of an unchanged bundle do not pay for it again."""
     from ..validate import validate_path
 
+    marker = defaults.cache_home() / "validated" / _state(bundle)
+    if marker.exists():
+        return
     findings = [f for f in validate_path(bundle.root) if f.rule.startswith(RUN_RULES)]
     if findings:
         more = f" and {len(findings) - 1} more" if len(findings) > 1 else ""
         raise UsageError(f"{findings[0].format()}{more}; run `mbskills validate {bundle.root}` and fix the bundle before an eval")
+    try:
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.touch()
+    except OSError:
+        pass  # only a shortcut for the next eval
 
 
 def run_eval(bundle: Bundle, request: EvalRequest) -> Summary:
