@@ -14,6 +14,8 @@
 #                        client tests unless MBSKILLS_SKIP_CLIENTS=1
 #   bash run.sh bench    the performance benchmark, bench/perf.py (extra arguments go to
 #                        it); builds .venv-bench with inspect_ai for the comparison
+#   bash run.sh bench-agents  eval --agent against the bare clients, bench/agents.py
+#                        (extra arguments go to it); installs the clients first
 # Setup: find Python 3.12, build .venv, install requirements/lock.txt, then
 # megatron-bridge without its own dependencies (requirements/bridge-nodeps.txt).
 # A second run reuses the venv while requirements/ and pyproject.toml are unchanged.
@@ -284,8 +286,14 @@ main() {
             cd "$ROOT"
             "$VENV/bin/python" bench/perf.py --inspect-python "$ROOT/.venv-bench/bin/python" "$@"
             ;;
+        bench-agents)
+            ensure_deps
+            ensure_clients
+            cd "$ROOT"
+            "$VENV/bin/python" bench/agents.py "$@"
+            ;;
         *)
-            say "unknown command '$cmd' (use: bash run.sh | bash run.sh test | bash run.sh bench)"
+            say "unknown command '$cmd' (use: bash run.sh | bash run.sh test | bash run.sh bench | bash run.sh bench-agents)"
             exit 2
             ;;
     esac
