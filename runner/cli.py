@@ -362,6 +362,14 @@ def _judge_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-j", "--jobs", type=_at_least(1), default=defaults.JOBS, help="judge requests in flight (default: %(default)s)")
 
 
+def _report_options(p: argparse.ArgumentParser) -> None:
+    """What grade and compare both take: the judge's calibration and the bootstrap."""
+    p.add_argument("--calibration", metavar="FILE", help="the judge's calibration (`mbskills calibrate --judge ... --out FILE`); default: the one calibrate cached for this judge and bundle. Without one, no gate passes on judge verdicts")
+    p.add_argument("--min-kappa", type=_fraction, default=defaults.MIN_KAPPA, help="gate: the judge's kappa on the held-out set its calibration needs before its verdicts decide a gate (default: %(default)s)")
+    p.add_argument("--resamples", type=_at_least(100), default=defaults.RESAMPLES, help="bootstrap resamples (default: %(default)s)")
+    p.add_argument("--seed", type=int, default=defaults.SEED, help="bootstrap seed (default: %(default)s)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     bundle = _parent(_bundle_option)
     transport = _parent(_transport_options)
@@ -475,10 +483,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-incomplete", action="store_true", help="grade a run with records missing, failed or still being written (the reports say so); the gates decide the exit")
     p.add_argument("--allow-changed-bundle", action="store_true", help="grade although the bundle's files changed since the run (every report says which, first); without it that is exit 2")
     p.add_argument("--min-cases", type=_at_least(1), default=defaults.MIN_CASES, help="gate: a pass-rate or uplift gate over fewer counted cases fails as underpowered (default: %(default)s)")
-    p.add_argument("--calibration", metavar="FILE", help="the judge's calibration (`mbskills calibrate --judge ... --out FILE`); default: the one calibrate cached for this judge and bundle. Without one, no gate passes on judge verdicts")
-    p.add_argument("--min-kappa", type=_fraction, default=defaults.MIN_KAPPA, help="gate: the judge's kappa on the held-out set its calibration needs before its verdicts decide a gate (default: %(default)s)")
-    p.add_argument("--resamples", type=_at_least(100), default=defaults.RESAMPLES, help="bootstrap resamples (default: %(default)s)")
-    p.add_argument("--seed", type=int, default=defaults.SEED, help="bootstrap seed (default: %(default)s)")
+    _report_options(p)
     p.set_defaults(func=cmd_grade)
 
     p = sub.add_parser(
@@ -493,10 +498,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="also write comparison.json and comparison.md into this folder")
     p.add_argument("--json", action="store_true", help="print the table as JSON")
     p.add_argument("--allow-incomplete", action="store_true", help="compare runs with records missing or failed (their coverage shows it)")
-    p.add_argument("--calibration", metavar="FILE", help="the judge's calibration, as for grade")
-    p.add_argument("--min-kappa", type=_fraction, default=defaults.MIN_KAPPA, help="as for grade (default: %(default)s)")
-    p.add_argument("--resamples", type=_at_least(100), default=defaults.RESAMPLES, help="bootstrap resamples (default: %(default)s)")
-    p.add_argument("--seed", type=int, default=defaults.SEED, help="bootstrap seed (default: %(default)s)")
+    _report_options(p)
     p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser(

@@ -14,7 +14,7 @@ import subprocess
 import sys
 
 
-async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+async def pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
     try:
         while data := await reader.read(1 << 16):
             writer.write(data)
@@ -32,7 +32,7 @@ async def main(port: int, socket_path: str, argv: list[str]) -> int:
         except OSError:
             writer.close()
             return
-        await asyncio.gather(_pump(reader, up_writer), _pump(up_reader, writer))
+        await asyncio.gather(pump(reader, up_writer), pump(up_reader, writer))
 
     server = await asyncio.start_server(forward, "127.0.0.1", port)
     async with server:

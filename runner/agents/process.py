@@ -17,6 +17,7 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 from ..core import UsageError
+from .jail import pump  # the same byte pump inside the namespace and out
 
 JAIL = Path(__file__).with_name("jail.py")
 INNER_PORT = 18181  # inside each client's own namespace, so never taken
@@ -112,17 +113,6 @@ def inner_url(base_url: str) -> str:
     return urlunsplit(("http", f"127.0.0.1:{INNER_PORT}", parts.path, parts.query, parts.fragment))
 
 
-async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    try:
-        while data := await reader.read(1 << 16):
-            writer.write(data)
-            await writer.drain()
-    except (ConnectionError, asyncio.CancelledError):
-        pass
-    finally:
-        writer.close()
-
-
 async def open_relay(socket_path: Path, host: str, port: int) -> asyncio.AbstractServer:
     """A Unix socket that relays each connection to host:port, byte for byte."""
 
@@ -132,7 +122,7 @@ async def open_relay(socket_path: Path, host: str, port: int) -> asyncio.Abstrac
         except OSError:
             writer.close()
             return
-        await asyncio.gather(_pump(reader, up_writer), _pump(up_reader, writer))
+        await asyncio.gather(pump(reader, up_writer), pump(up_reader, writer))
 
     return await asyncio.start_unix_server(forward, path=str(socket_path))
 

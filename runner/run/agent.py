@@ -43,6 +43,12 @@ def _cost(price: Price | None, usage: Usage) -> float | None:
     return None if cost is None else round(cost, 6)
 
 
+def record_head(job: Job) -> dict:
+    """The fields that name a record, the same for the API loop and an agent client."""
+    case = job.case
+    return {"format": RECORD_FORMAT, "key": job.key, "case": case.key, "owner": case.owner, "case_id": case.id, "condition": job.condition, "trial": job.trial}
+
+
 def user_message(case: Case) -> str:
     """The case's prompt, then each of its files as text with its name."""
     if not case.files:
@@ -97,13 +103,7 @@ async def run_job(job: Job, provider: Provider, cache, skills: list[Skill], *, m
         finish, error = ERROR, {"kind": failure.kind, "message": str(failure), "status": failure.status}
     status = ERROR if error else OK if finish == "answered" else TRUNCATED if finish == "truncated" else TURN_LIMIT
     return {
-        "format": RECORD_FORMAT,
-        "key": job.key,
-        "case": case.key,
-        "owner": case.owner,
-        "case_id": case.id,
-        "condition": job.condition,
-        "trial": job.trial,
+        **record_head(job),
         "status": status,
         "error": error,
         "finish": finish,

@@ -15,7 +15,7 @@ import time
 from ..agents import Agent, Call, Session, Workspace
 from ..load import Bundle, Skill
 from ..providers import Price, Usage
-from .agent import RECORD_FORMAT, Job, _cost, _now, user_message
+from .agent import Job, _cost, _now, record_head, user_message
 from .conditions import client_setup
 from .rundir import ERROR, OK
 
@@ -64,13 +64,7 @@ async def run_client_job(job: Job, agent: Agent, bundle: Bundle, skills: list[Sk
         usage = Usage(transcript.input_tokens, transcript.output_tokens or 0, transcript.cached_input_tokens)
     cost = _cost(price, usage)
     return {
-        "format": RECORD_FORMAT,
-        "key": job.key,
-        "case": case.key,
-        "owner": case.owner,
-        "case_id": case.id,
-        "condition": job.condition,
-        "trial": job.trial,
+        **record_head(job),
         "status": ERROR if error else OK,
         "error": error,
         "finish": "error" if error else "answered",

@@ -69,24 +69,11 @@ class Ran:
 
 
 def client_env(home: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
-    for sub in (".config", ".local/share", ".cache", ".local/state", "tmp"):
-        (home / sub).mkdir(parents=True, exist_ok=True)
-    node_dir = str(Path(shutil.which("node") or "/usr/bin/node").parent)
-    env = {
-        "PATH": os.pathsep.join([str(BIN), node_dir, "/usr/local/bin", "/usr/bin", "/bin"]),
-        "HOME": str(home),
-        "XDG_CONFIG_HOME": str(home / ".config"),
-        "XDG_DATA_HOME": str(home / ".local/share"),
-        "XDG_CACHE_HOME": str(home / ".cache"),
-        "XDG_STATE_HOME": str(home / ".local/state"),
-        "TMPDIR": str(home / "tmp"),
-        "LANG": "C.UTF-8",
-        "TERM": "dumb",
-        "NO_COLOR": "1",
-        "CI": "1",
-    }
-    env.update(extra or {})
-    return env
+    """The environment `mbskills eval --agent` gives a client (built from nothing: a HOME
+    of its own, PATH with the clients and node), plus `extra`."""
+    from runner.agents.process import base_env
+
+    return {**base_env(home, BIN / "client"), **(extra or {})}
 
 
 def run_jailed(argv: list[str], *, cwd: Path, env: dict[str, str], socket_path: str, timeout: float = 120.0) -> Ran:
