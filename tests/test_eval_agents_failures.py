@@ -131,3 +131,12 @@ def test_streams_skip_what_is_not_an_event():
     assert t.answer == "ok then" and t.skipped_lines == 2 and t.input_tokens is None
     for name, parse in PARSERS.items():
         assert parse("\x00\n{}\n[]").answer == "", name  # nothing usable: no answer, no exception
+
+
+def test_show_names_the_client_of_an_agent_run(tmp_path):
+    lines = json.dumps(ANSWER).replace("VERSION", "9.8.7")
+    binary = fake(tmp_path, "answers", f"for event in json.loads({lines!r}):\n    print(json.dumps(event))\n")
+    assert run_fake(tmp_path, binary).returncode == 0
+    shown = mbskills("show", str(tmp_path / "run"), "--case", CASE.split("/")[1])
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.startswith("=== ") and "(claude-code 9.8.7 · anthropic:m, answered" in shown.stdout, shown.stdout[:300]

@@ -27,7 +27,7 @@ def records_table(info: dict, records: list[dict]) -> str:
     cost = "unknown" if any(c is None for c in costs) else f"${sum(costs):.4f}"
     errors = sum(1 for r in records if r["status"] == "error")
     lines = [
-        f"run: {model.get('provider')}:{model.get('model')}  conditions {','.join(info.get('conditions', []))}  trials {info.get('trials')}",
+        f"run: {_who(model)}  conditions {','.join(info.get('conditions', []))}  trials {info.get('trials')}",
         f"{len(records)} records, {errors} errors, {sum(1 for r in records if r['status'] == 'turn_limit')} out of turns, "
         + (f"{tokens_in} input + {tokens_out} output tokens" + (f" ({unknown} records with unknown usage)" if unknown else "") if unknown < len(records) else "tokens unknown")
         + f", cost {cost}",
@@ -58,7 +58,7 @@ def _block(text: str, indent: str = "    ") -> str:
 def transcript(record: dict, *, full_tools: bool = False) -> str:
     model = record["model"]
     out = [
-        f"=== {record['key']}  ({model['provider']}:{model['model']}, {record['finish']}, {len(record['turns'])} turns, {record['usage']['input_tokens']}+{record['usage']['output_tokens']} tokens, {record['latency_s']:.2f} s)",
+        f"=== {record['key']}  ({_who(model)}, {record['finish']}, {len(record['turns'])} turns, {record['usage']['input_tokens']}+{record['usage']['output_tokens']} tokens, {record['latency_s']:.2f} s)",
         f"expected skill: {record['expected_skill'] or 'none'}   activated: {', '.join(record['activated_skills']) or 'none'}   files read: {', '.join(record['files_read']) or 'none'}",
     ]
     if record["inlined_skill"]:
@@ -87,3 +87,9 @@ def transcript(record: dict, *, full_tools: bool = False) -> str:
 
 def records_json(records: list[dict]) -> str:
     return "\n".join(json.dumps(r) for r in records)
+
+
+def _who(model: dict) -> str:
+    """The model, and the agent client that ran it when one did."""
+    name = f"{model.get('provider')}:{model.get('model')}"
+    return f"{model['agent']} {model.get('agent_version', '?')} · {name}" if model.get("agent") else name
