@@ -140,3 +140,17 @@ def test_show_names_the_client_of_an_agent_run(tmp_path):
     shown = mbskills("show", str(tmp_path / "run"), "--case", CASE.split("/")[1])
     assert shown.returncode == 0, shown.stderr
     assert shown.stdout.startswith("=== ") and "(claude-code 9.8.7 · anthropic:m, answered" in shown.stdout, shown.stdout[:300]
+
+
+def test_a_failed_session_and_a_read_of_several_files_are_read_as_such():
+    from runner.agents import AGENT_CLIENTS, skill_reads
+    from runner.agents.streams import PARSERS
+
+    failed = PARSERS["opencode"](json.dumps({"type": "error", "error": {"name": "APIError", "data": {"message": "model not found"}}}))
+    assert failed.failed == "model not found"
+    assert PARSERS["opencode"](json.dumps({"type": "error", "error": {"name": "APIError"}})).failed == "APIError"
+    call = PARSERS["gemini-cli"]("\n".join(json.dumps(e) for e in [
+        {"type": "tool_use", "tool_id": "1", "tool_name": "read_many_files", "parameters": {"paths": ["/w/.gemini/skills/demo/SKILL.md", "/w/.gemini/skills/demo/scripts/x.py", 3]}},
+        {"type": "tool_result", "tool_id": "1", "status": "success", "output": "..."},
+    ])).calls
+    assert skill_reads(AGENT_CLIENTS["gemini-cli"], call, ["demo"]) == (["demo"], ["demo/SKILL.md", "demo/scripts/x.py"])

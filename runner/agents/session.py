@@ -201,10 +201,11 @@ async def _git(cwd: Path, *args: str) -> None:
 def _paths_of(client: AgentClient, call: Call) -> list[str]:
     """The paths a call reads: a read tool's path arguments, or a shell command's words."""
     if call.name in client.read_tools:
-        out = []
+        out: list[str] = []
         for key in client.read_tools[call.name]:
             value = call.arguments.get(key)
-            out += [value] if isinstance(value, str) else [v for v in value or () if isinstance(v, str)] if isinstance(value, list) else []
+            values = value if isinstance(value, list) else [value]  # read_many_files takes a list
+            out += [v for v in values if isinstance(v, str)]
         return out
     if call.name == "exec_command":  # Codex reads a skill with its shell (cat, sed, head)
         return re.findall(r"[^\s'\"]+", str(call.arguments.get("cmd", "")))

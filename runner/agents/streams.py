@@ -247,7 +247,8 @@ def opencode(stdout: str) -> Transcript:
             if isinstance(part.get("cost"), (int, float)):
                 cost += float(part["cost"])
         elif kind == "error":
-            t.failed = str(_args(e.get("error")).get("data", {}).get("message") if isinstance(_args(e.get("error")).get("data"), dict) else e.get("error") or "error")
+            error = _args(e.get("error"))  # {"name": ..., "data": {"message": ...}}
+            t.failed = str(_args(error.get("data")).get("message") or error.get("name") or "error")
     t.answer = "".join(answer_parts)
     t.reported_cost_usd = cost if t.turns else None
     return t
