@@ -9,7 +9,7 @@ from importlib import resources
 from typing import Any
 
 
-SCHEMAS = ("evals-flat", "evals-agentskills", "skill-card", "bundle-card", "report", "gpu-results", "run", "record")
+SCHEMAS = ("evals-flat", "evals-agentskills", "skill-card", "bundle-card", "report", "gpu-results", "run", "record", "problem", "problem-draw")
 
 _JSON_TYPES = {dict: "an object", list: "an array", str: "a string", bool: "a boolean", int: "an integer", float: "a number", type(None): "null"}
 

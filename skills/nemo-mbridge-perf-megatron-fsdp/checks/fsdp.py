@@ -222,7 +222,12 @@ def validate_side_effects(ctx: Context) -> None:
         "`{validate:code}` finishes the job: for a config with either FSDP flag set, it sets **both** `{flag_a:code}`"
         " and `{flag_b:code}` to {on:bool} and turns the distributed optimizer {state:on|off} (`{opt_a:code}` and `{opt_b:code}`)."
     )
-    ctx.says("There is no need to set those by hand; they follow from the override.")
+    s = ctx.read(
+        "Validation runs last, after `{setup:code}`, which derives the data-parallel overlap (`{o1:code}`, `{o2:code}`,"
+        " `{o3:code}`) only when `{dist_opt:code}` is already {already:bool}. So on a config of your own with a `{cls:code}`"
+        " attached, set `{fix:code}` yourself, or the resolved config carries none of them."
+    )
+    w = ctx.read("The Megatron FSDP wrapper later turns `{w1:code}` on for `{s1:code}` and `{w2:code}` on for `{s2:code}` and `{s3:code}` by itself.")
     method = symbol(r.validate)
     ctx.expect(method is resolve_symbol(f"{CONFIG_MODULE}.ConfigContainer.validate"), f"{r.validate} is not what runtime_config_update validates with")
     flags, optimizer = [r.flag_a, r.flag_b], [r.opt_a, r.opt_b]
@@ -243,6 +248,37 @@ def validate_side_effects(ctx: Context) -> None:
     cfg = fsdp_config(ctx)
     resolve(cfg)
     ctx.expect(all(lookup(cfg, name) == value for name, value in expected.items()), "validate() does not set those fields for the skill's override")
+    _overlap_needs_distributed_optimizer(ctx, s, w, flags[-1])
+
+
+def _overlap_needs_distributed_optimizer(ctx: Context, s: Any, w: Any, flag: str) -> None:
+    """CommOverlapConfig.setup() runs before validate() turns the distributed optimizer on."""
+    from megatron.bridge.training.comm_overlap import CommOverlapConfig
+
+    ctx.expect(s.setup == "CommOverlapConfig.setup()" and s.cls == "CommOverlapConfig", f"SKILL.md names {s.setup} / {s.cls}")
+    update = source_of(resolve_symbol(f"{CONFIG_MODULE}.runtime_config_update"))
+    ctx.expect(0 <= update.find("cfg.comm_overlap.setup(") < update.find("cfg.validate()"), "runtime_config_update does not run setup() before validate()")
+    fix_target, fix_value = assignment(s.fix)
+    ctx.expect(relative(fix_target) == relative(s.dist_opt) and fix_value is s.already is True, f"{s.fix} does not set {s.dist_opt} to {s.already}")
+    fields = [s.o1, s.o2, s.o3]
+    derived = {"overlap_grad_reduce": True, "overlap_param_gather": True, "bucket_size": 128 * 1024 * 1024}
+    ctx.expect(sorted(fields) == sorted(derived), f"SKILL.md names {fields}, setup() derives {sorted(derived)}")
+    for by_hand in (False, True):
+        cfg = tiny_config()
+        assign(cfg, flag, True)
+        if by_hand:
+            assign(cfg, fix_target, fix_value)
+        cfg.comm_overlap = CommOverlapConfig(tp_comm_overlap=False)
+        resolve(cfg, world_size=4)
+        got = {name: getattr(cfg.ddp, name) for name in fields}
+        want = derived if by_hand else {name: None if name == "bucket_size" else False for name in fields}
+        ctx.expect(got == want and cfg.ddp.use_distributed_optimizer is True, f"with {fix_target} {'set' if by_hand else 'unset'} the resolved DDP config has {got}, not {want}")
+    # the wrapper, afterwards: MegatronFSDP's own defaults per strategy
+    core = source_of(resolve_symbol("megatron.core.distributed.fsdp.src.megatron_fsdp.megatron_fsdp.MegatronFSDP.__init__"))
+    squashed = " ".join(core.split())
+    ctx.expect(f'if self.data_parallel_sharding_strategy == "{w.s1}": # Default to overlapped parameter gather when fully-sharding. self.ddp_config.{w.w1} = True' in squashed, f"MegatronFSDP does not turn {w.w1} on for {w.s1}")
+    ctx.expect(f'if self.ddp_config.data_parallel_sharding_strategy in ["{w.s2}", "{w.s3}"]: # Default to overlapped gradient reduce-scatter when sharding gradients. self.ddp_config.{w.w2} = True' in squashed or f'if self.ddp_config.data_parallel_sharding_strategy in ["{w.s3}", "{w.s2}"]: # Default to overlapped gradient reduce-scatter when sharding gradients. self.ddp_config.{w.w2} = True' in squashed, f"MegatronFSDP does not turn {w.w2} on for {w.s2} and {w.s3}")
+    ctx.expect({w.w1, w.w2} == {"overlap_param_gather", "overlap_grad_reduce"} and w.w1 != w.w2, f"the wrapper sentence names {w.w1} and {w.w2}")
 
 
 @claim("fsdp-dist-flag-exists")
@@ -655,7 +691,12 @@ def code_anchors(ctx: Context) -> None:
     ctx.expect(exclusion.lineno < helper.lineno, f"validate() calls {v.helper} before the exclusion check")
     ctx.expect(ast.unparse(helper.test) == "self.dist.use_megatron_fsdp or self.ddp.use_megatron_fsdp", f"validate() calls {v.helper} under {ast.unparse(helper.test)!r}, not when either FSDP flag is set")
 
-    a = ctx.read("- `{apply:code}`: sets both flags and the distributed optimizer, then asserts on `{a1:code}`, `{a2:code}`, `{a3:code}` and `{a4:code}`, in that order.")
+    a = ctx.read(
+        "- `{apply:code}`: sets both flags and the distributed optimizer; with `{pao:code}` it sets `{decoupled:code}`;"
+        " it turns `{avg:code}` off (see above) and `{reuse:code}` off on both `{reuse_a:code}` and `{reuse_b:code}`."
+        " It then asserts on `{a1:code}`, `{a2:code}`, `{a3:code}` (which needs `{needs:code}`; with `{needs2:code}` it is"
+        " turned on instead), `{a4:code}` and `{a5:code}`, in that order."
+    )
     apply = resolve_symbol(a.apply)
     ctx.expect(apply is getattr(container, v.helper), f"{a.apply} is not the {v.helper} that validate() calls")
     tree = function_ast(apply)
@@ -663,7 +704,32 @@ def code_anchors(ctx: Context) -> None:
     sets = [statements.index(s) for s in ("self.dist.use_megatron_fsdp = True", "self.ddp.use_megatron_fsdp = True", "self.ddp.use_distributed_optimizer = True", "self.optimizer.use_distributed_optimizer = True") if s in statements]
     asserts = sorted((n for n in ast.walk(tree) if isinstance(n, ast.Assert)), key=lambda n: n.lineno)
     ctx.expect(len(sets) == 4, f"{a.apply} does not set both flags and the distributed optimizer")
-    names = [a.a1, a.a2, a.a3, a.a4]
+    names = [a.a1, a.a2, a.a3, a.a4, a.a5]
+    # the side effects, observed on a real config
+    cfg = tiny_config()
+    assign(cfg, "ddp.use_megatron_fsdp", True)
+    assign(cfg, a.pao, True)
+    for where in (a.reuse_a, a.reuse_b):
+        setattr(lookup(cfg, where), a.reuse, True)
+    cfg.ddp.fp8_param_gather = True  # megatron-core's DDP config asserts this for the reuse flag
+    cfg.ddp.average_in_collective = True
+    with preserved_environ():
+        apply(cfg)
+    ctx.expect(lookup(cfg, a.decoupled) is True, f"with {a.pao} the FSDP helper leaves {a.decoupled}={lookup(cfg, a.decoupled)!r}")
+    ctx.expect(cfg.ddp.average_in_collective is False and a.avg == "average_in_collective", f"the helper leaves {a.avg} on")
+    ctx.expect(all(getattr(lookup(cfg, w), a.reuse) is False for w in (a.reuse_a, a.reuse_b)), f"the helper leaves {a.reuse} on")
+    cfg = tiny_config()
+    assign(cfg, "ddp.use_megatron_fsdp", True)
+    with preserved_environ():
+        apply(cfg)
+    ctx.expect(lookup(cfg, a.decoupled) is False, f"without {a.pao} the helper sets {a.decoupled} too")
+    ctx.expect(a.needs == a.needs2, f"the sentence names {a.needs} and {a.needs2}")
+    cfg = tiny_config()
+    assign(cfg, "ddp.use_megatron_fsdp", True)
+    setattr(cfg.ddp, a.needs, True)
+    with preserved_environ():
+        apply(cfg)
+    ctx.expect(getattr(cfg.ddp, a.a3) is True, f"with {a.needs} the helper leaves {a.a3}={getattr(cfg.ddp, a.a3)!r}")
     distinct(ctx, names, "an assertion")
     order = []
     for name in names:

@@ -32,7 +32,7 @@ from typing import Any, Callable
 from unittest import mock
 
 from runner.claims.kit import MbskillsError
-from runner.claims.kit import collect_warnings, resolve, tiny_config
+from runner.claims.kit import collect_warnings, preserved_environ, resolve, tiny_config
 from .fsdp import assign, block_assignments, distinct, fsdp_config, lookup, passes, raises_exactly, relative, symbol
 from runner.claims.kit import ClaimFailed, Context, assignment, claim, comparison, function_source, literal, raised, resolve_symbol, source_of, threshold
 
@@ -417,7 +417,7 @@ def nccl_ub(ctx: Context) -> None:
         " Megatron-LM command line sets both."
     )
     n = ctx.read("Megatron FSDP turns the double buffer on itself: its parameter buffer sets `{sets:code}` as it is built with user buffers, before the check that user buffers need it.")
-    m = ctx.read("Manual registration without user buffers fails validation: `{alone:code}` alone raises `{error:code}`. User buffers alone are enough:")
+    m = ctx.read("Manual registration without user buffers fails validation: `{alone:code}` alone raises `{error:code}`. On the config, one line turns user buffers on:")
 
     ub, on = assignment(r.setting)
     ub, manual, double = ddp_field(ctx, ub), ddp_field(ctx, r.manual), ddp_field(ctx, r.double)
@@ -470,6 +470,70 @@ def nccl_ub(ctx: Context) -> None:
     cfg = ctx.apply(fsdp_config(ctx))
     passes(ctx, lambda: resolve(cfg), "the block")
     ctx.expect(getattr(cfg.ddp, ub) is True and getattr(cfg.ddp, manual) is True, "after the block and validation, user buffers and manual registration are not on")
+    _nccl_ub_allocator(ctx, ub)
+
+
+def _torch_at(version: str):
+    """megatron-core's torch version checks see `version` for this block."""
+    from megatron.core import utils as core_utils
+    from packaging.version import Version
+
+    return mock.patch.object(core_utils, "_torch_version", Version(version))
+
+
+def _nccl_ub_allocator(ctx: Context, ub: str) -> None:
+    """The allocator setting megatron-core refuses next to user buffers on older PyTorch,
+    which Bridge's hardware recipes put in `cfg.env_vars`."""
+    import importlib.metadata
+
+    from packaging.requirements import Requirement
+
+    a = ctx.read(
+        "The allocator setting must allow it. With PyTorch older than {torch_min:version}, megatron-core's DDP config refuses"
+        " user buffers when the environment holds `{env:code}`: validation fails with `{error:code}`"
+    )
+    b = ctx.read("Bridge accepts PyTorch {bridge_min:version} and newer, and its hardware recipes put that value in `{where:code}` (from `{common:code}`), which `{updater:code}` applies before it validates.")
+    f = ctx.read("Fix: on such a recipe, `{removal:code}` and keep the launcher from exporting it, or PyTorch {fixed:version} or newer.")
+    var, _, value = a.env.partition("=")
+    kind, message = raised(a.error)
+    older = version_below(a.torch_min)
+
+    def build(env_vars: dict[str, str]) -> Any:
+        cfg = fsdp_config(ctx)
+        assign(cfg, f"ddp.{ub}", True)
+        cfg.env_vars = dict(env_vars)
+        return cfg
+
+    with preserved_environ():
+        os.environ.pop(var, None)
+        with _torch_at(older):
+            raises_exactly(ctx, lambda: resolve(build({var: value})), kind, message)
+            passes(ctx, lambda: resolve(build({})), "user buffers without the allocator setting")
+        with _torch_at(a.torch_min):
+            passes(ctx, lambda: resolve(build({var: value})), f"user buffers with {a.env} on PyTorch {a.torch_min}")
+    ctx.expect(f.fixed == a.torch_min, f"the fix names PyTorch {f.fixed}, the refusal {a.torch_min}")
+    # Bridge's own floor is below the version the refusal needs.
+    floors = [Requirement(r) for r in importlib.metadata.requires("megatron-bridge") or [] if Requirement(r).name == "torch" and not Requirement(r).marker]
+    ctx.expect(len(floors) == 1 and floors[0].specifier.contains(b.bridge_min) and not floors[0].specifier.contains(version_below(b.bridge_min)), f"megatron-bridge requires {[str(x) for x in floors]}, not torch>={b.bridge_min}")
+    ctx.expect(floors[0].specifier.contains(older), f"Bridge does not accept PyTorch {older}")
+    # The recipes' shared environment holds the value; the updater applies env_vars first.
+    module, _, name = b.common.rpartition(".")
+    common = getattr(importlib.import_module(module), name)
+    ctx.expect(str(common.get(var)) == value, f"{b.common} sets {var}={common.get(var)!r}, not {value}")
+    users = [p for p in Path(importlib.util.find_spec("megatron.bridge.recipes").origin).parent.rglob("*.py") if f"**{name}" in p.read_text("utf-8")]
+    ctx.expect(bool(users), f"no recipe spreads {name} into its env_vars")
+    ctx.expect(b.where == "cfg.env_vars" and b.updater == "runtime_config_update()", f"SKILL.md names {b.where} / {b.updater}")
+    # The fix: pop the recipe's entry; a value the launcher exported still trips it.
+    call_node = ast.parse(f.removal, mode="eval").body
+    ctx.expect(isinstance(call_node, ast.Call) and ast.unparse(call_node.func) == "cfg.env_vars.pop" and [ast.literal_eval(x) for x in call_node.args] == [var, None], f"{f.removal} does not remove {var} from cfg.env_vars")
+    with preserved_environ(), _torch_at(older):
+        os.environ.pop(var, None)
+        cfg = build({var: value, "OTHER_VAR": "1"})
+        cfg.env_vars.pop(var, None)
+        passes(ctx, lambda: resolve(cfg), f"the recipe's env_vars after {f.removal}")
+        os.environ[var] = value
+        cfg = build({})
+        raises_exactly(ctx, lambda: resolve(cfg), kind, message)
 
 
 def version_below(text: str) -> str:
@@ -663,9 +727,11 @@ def saved_dcp(folder: str, state: dict) -> None:
 
 @claim("fsdp-checkpoint-hf-sidecar")
 def checkpoint_hf_sidecar(ctx: Context) -> None:
-    r = ctx.read("`{setting:code}` cannot be combined with Megatron FSDP once `{save:code}` is set.")
-    a = ctx.read("With `{fmt:code}`, validation raises `{error:code}`")
-    b = ctx.read("With `{fmt:code}`, the FSDP check fails instead, with `{error:code}`.")
+    r = ctx.read("`{setting:code}` cannot be combined with Megatron FSDP.")
+    a = ctx.read("With `{fmt:code}`, validation raises `{error:code}` whether or not `{save:code}` is set: `{finalize:code}` looks at the format only.")
+    b = ctx.read("With `{fmt:code}` and `{save:code}` set, the FSDP check fails instead, with `{error:code}`.")
+    ctx.expect(a.save == b.save, f"the two sentences name {a.save} and {b.save}")
+    r = types.SimpleNamespace(setting=r.setting, save=a.save)
     ctx.says("Export after training instead, as the next section describes.")
     target, value = assignment(r.setting)
     ctx.expect(relative(target)[0] == "checkpoint" and value is True, f"{r.setting} does not turn the Hugging Face export on")
@@ -684,6 +750,17 @@ def checkpoint_hf_sidecar(ctx: Context) -> None:
         assign(cfg, f"checkpoint.{fmt_field}", fmt)
         if kind is ValueError:  # the export is what fails: without it this format saves
             passes(ctx, lambda cfg=cfg: resolve(cfg), f"saving {fmt} without {r.setting}")
+            # ... and it fails the same with nothing saved or loaded: finalize() reads the format only
+            cfg = fsdp_config(ctx)
+            assign(cfg, target, value)
+            assign(cfg, f"checkpoint.{fmt_field}", fmt)
+            ctx.expect(cfg.checkpoint.save is None and cfg.checkpoint.load is None, "the FSDP config saves or loads")
+            raises_exactly(ctx, lambda cfg=cfg: resolve(cfg), kind, message)
+            ctx.expect(a.finalize == "CheckpointConfig.finalize()", f"SKILL.md names {a.finalize}")
+            from megatron.bridge.training.config import CheckpointConfig as _Ckpt
+
+            checkpoint = _Ckpt(**{relative(target)[1]: value, fmt_field: fmt})
+            raises_exactly(ctx, checkpoint.finalize, kind, message)
     distinct(ctx, formats, "a format")
     ctx.expect(formats[0] == "fsdp_dtensor", f"the first format named, {formats[0]}, is not the one Megatron FSDP saves")
     from megatron.bridge.training.config import CheckpointConfig
@@ -869,8 +946,16 @@ def ep_overlap_double_buffer(ctx: Context) -> None:
     r = ctx.read("With `{setting:code}` in the model config, the Megatron FSDP wrapper refuses the double buffer as it is built: `{error:code}`")
     g = ctx.read("It then accepts only the `{field:code}` values `{ok_a:code}` and `{ok_b:code}`.")
     b = ctx.read(
-        "Two settings bring the double buffer back: `{pool:code}` turns `{double:code}` on in the DDP config's own `{hook:code}`,"
-        " and NCCL user buffers turn it on when the buffer is built (see above), so neither combines with this overlap."
+        "Two settings bring the double buffer back. `{pool:code}` turns `{double:code}` on in the DDP config's own `{hook:code}`,"
+        " before the wrapper looks, so it fails with the error above."
+    )
+    u = ctx.read(
+        "NCCL user buffers turn it on later, as the parameter buffer is built inside `{core:code}`, after the check:"
+        " with `{ub:code}` the first model chunk builds with no error, and the double buffer is on anyway."
+    )
+    v = ctx.read(
+        "Every virtual-pipeline chunk is wrapped with the same DDP config, so with VPP the second chunk sees the double"
+        " buffer the first one turned on and fails with the error above."
     )
     name, on = assignment(r.setting)
     ctx.expect(on is True, f"{r.setting} does not turn the overlap on")
@@ -900,8 +985,33 @@ def ep_overlap_double_buffer(ctx: Context) -> None:
     ctx.expect(hook is not None and f"if self.{pool}: # MaxPoolAllocator is a type of double-buffer allocator. self.{double} = True" in source_of(hook), f"{b.hook} does not turn {double} on for {pool}")
     raises_exactly(ctx, lambda: adapter_handover(model=overlap, **{pool: pool_on}), kind, message)
 
-    # NCCL user buffers turn it on when the buffer is built (the section above checks that).
-    above = ctx.sibling("fsdp-nccl-ub").section
-    ctx.expect(above.path == ctx.section.path and above.line < ctx.section.line, "the NCCL user buffer section is not above")
+    # NCCL user buffers: the adapter's check runs before MegatronFSDP(...) is called, and the
+    # buffer built inside it turns the double buffer on in the very config object it was given.
+    ub, ub_on = assignment(u.ub)
+    ub = ddp_field(ctx, ub)
+    ctx.expect(ub_on is True, f"{u.ub} does not turn user buffers on")
+    init = ast_of(resolve_symbol(f"{ADAPTER}.FullyShardedDataParallel.__init__"))
+    checks = [n for n in ast.walk(init) if isinstance(n, ast.Assert) and ast.unparse(n.test) == f"not ddp_config.{double}"]
+    core_name = u.core.removesuffix("(...)")
+    builds = [n for n in ast.walk(init) if isinstance(n, ast.Call) and ast.unparse(n.func) == core_name]
+    ctx.expect(u.core.endswith("(...)") and len(checks) == 1 and len(builds) == 1 and checks[0].lineno < builds[0].lineno, f"the adapter does not check {double} before it calls {u.core}")
+    handed = adapter_handover(model=overlap, **{ub: True})["ddp_config"]  # no error on the first chunk
+    core_init = ast_of(resolve_symbol(f"megatron.core.distributed.fsdp.src.megatron_fsdp.megatron_fsdp.{core_name}.__init__"))
+    ctx.expect("self.ddp_config = ddp_config" in {ast.unparse(n) for n in ast.walk(core_init) if isinstance(n, ast.Assign)}, f"{core_name} copies the DDP config it is given")
+    ctx.expect("self._init_fsdp_param_and_grad_buffer()" in {ast.unparse(n) for n in ast.walk(core_init) if isinstance(n, ast.Expr)}, f"{core_name} does not build its parameter buffer as it is built")
+    core_buffer = ast_of(resolve_symbol(f"megatron.core.distributed.fsdp.src.megatron_fsdp.megatron_fsdp.{core_name}._init_fsdp_param_and_grad_buffer"))
+    buffers = [n for n in ast.walk(core_buffer) if isinstance(n, ast.Call) and ast.unparse(n.func) == "ParamAndGradBuffer"]
+    ctx.expect(len(buffers) == 1 and buffers[0].args and ast.unparse(buffers[0].args[0]) == "self.ddp_config", f"{core_name} does not hand its DDP config to the parameter buffer")
+    turned = [n for n in ast.walk(ast_of(ParamAndGradBuffer.__init__)) if isinstance(n, ast.If) and ast.unparse(n.test) == f"self.ddp_config.{ub}" and f"self.ddp_config.{double} = True" in {ast.unparse(x) for x in n.body}]
+    ctx.expect(len(turned) == 1, f"the parameter buffer does not turn {double} on under {ub}")
     _, node = guarded_raise(ctx, ast_of(ParamAndGradBuffer._init_each_parameter_group_buffers), AssertionError, "NCCL UB is only supported with FSDP double buffer.", "ParamAndGradBuffer")
     ctx.expect(ast.unparse(node.test) == f"self.ddp_config.{double}", f"NCCL user buffers do not need {double}")
+    # VPP: _ddp_wrap wraps every chunk with the one config object; after the first chunk's
+    # buffer turned the double buffer on, the next chunk's adapter check trips.
+    wrap = ast_of(resolve_symbol(WRAP))
+    loops = [n for n in ast.walk(wrap) if isinstance(n, ast.For) and "enumerate(model)" in ast.unparse(n.iter)]
+    per_chunk = [k for loop in loops for c in ast.walk(loop) if isinstance(c, ast.Call) and ast.unparse(c.func) == "DP" for k in c.keywords if k.arg == "ddp_config"]
+    ctx.expect(len(per_chunk) == 1 and ast.unparse(per_chunk[0].value) == "ddp_config", "_ddp_wrap does not wrap every chunk with the same DDP config")
+    ctx.expect(getattr(handed, double) is False, f"the adapter turns {double} on by itself")
+    # the second chunk's config, as the first chunk's buffer leaves it:
+    raises_exactly(ctx, lambda: adapter_handover(model=overlap, **{ub: True, double: True}), kind, message)

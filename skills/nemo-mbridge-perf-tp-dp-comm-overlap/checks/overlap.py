@@ -343,6 +343,29 @@ def tp_preset(ctx: Context) -> None:
     ctx.expect(m.message in run_setup(bare, 4, True), f"no-preset warning is not {m.message!r}")
 
 
+def _fsdp_ignores_grad_reduce_in_fp32(ctx: Context, knob: str) -> None:
+    """Megatron FSDP's gradient dtypes are its own DDP fields; its package never reads the knob."""
+    import importlib.util
+    from pathlib import Path
+
+    from megatron.core.distributed import DistributedDataParallelConfig
+
+    u = ctx.read(
+        "Under Megatron FSDP the copy of `{knob:code}` changes nothing: megatron-core's FSDP package never reads it,"
+        " and its gradient dtypes are `{main:code}` and `{comm:code}`."
+    )
+    ctx.expect(u.knob == knob == "grad_reduce_in_fp32", f"the FSDP sentence names {u.knob}")
+    package = Path(importlib.util.find_spec("megatron.core.distributed.fsdp").origin).parent
+    readers = [str(p.relative_to(package)) for p in package.rglob("*.py") if re.search(rf"\b{re.escape(u.knob)}\b", p.read_text("utf-8"))]
+    ctx.expect(not readers, f"megatron-core's FSDP package reads {u.knob} in {readers}")
+    fields = {f.name for f in dataclasses.fields(DistributedDataParallelConfig)}
+    for named in (u.main, u.comm):
+        section, _, name = named.removeprefix("cfg.").partition(".")
+        ctx.expect(section == "ddp" and name in fields, f"{named} is not a DDP config field")
+        ctx.expect(bool(re.search(rf"\b{name}\b", (package / "mcore_fsdp_adapter.py").read_text("utf-8"))), f"the FSDP adapter does not read {name}")
+    ctx.expect("grads" in u.main and "comm" in u.comm and u.main != u.comm, f"{u.main} / {u.comm} are not the main-gradient and communication dtypes")
+
+
 @claim("overlap-precision-knobs")
 def precision_knobs(ctx: Context) -> None:
     from megatron.bridge.training.mixed_precision import bf16_mixed
@@ -360,6 +383,7 @@ def precision_knobs(ctx: Context) -> None:
         set_value(cfg, f"{s.target}.{knob}", not recipe_value)
         resolve(cfg)
         ctx.expect(get_value(cfg, f"{s.target}.{knob}") == recipe_value, f"{knob} set only on {s.target} survived the mixed-precision recipe")
+    _fsdp_ignores_grad_reduce_in_fp32(ctx, r.k1)
     t = ctx.read("Recipes built on `{base:code}` leave `{attr:code}` as the preset's name, `{name:code}`, which `{fn:code}` turns into the object later, so setting a field on it straight away raises `{exc:exc}`.")
     from megatron.bridge.recipes import common
 

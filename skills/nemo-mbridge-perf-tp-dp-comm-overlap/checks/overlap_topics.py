@@ -523,7 +523,7 @@ def _optimizer_step_comment(field: str) -> tuple[list[str], ast.If]:
 
 @claim("overlap-optimizer-step-gather")
 def optimizer_step_gather(ctx: Context) -> None:
-    r = ctx.read("**`{field:code}` stays off unless you pass it to `{cls:code}`.** It is a field of `{owner:code}` (`{attr:code}`), not of `{other:code}`.")
+    r = ctx.read("**`{field:code}` is reset only through a `{cls:code}`.** It is a field of `{owner:code}` (`{attr:code}`), not of `{other:code}`.")
     from megatron.core.distributed import DistributedDataParallelConfig
     from megatron.core.optimizer import OptimizerConfig
 
@@ -531,8 +531,8 @@ def optimizer_step_gather(ctx: Context) -> None:
     ctx.expect(owner is OptimizerConfig and other is DistributedDataParallelConfig, f"SKILL.md names {r.owner}/{r.other}")
     ctx.expect(r.field in {f.name for f in dataclasses.fields(owner)} and r.field not in {f.name for f in dataclasses.fields(other)}, f"{r.field} is not a field of {r.owner} only")
     ctx.expect(isinstance(get_value(tiny_config(), r.attr), owner), f"{r.attr} is not the {r.owner}")
-    s = ctx.read("With the distributed optimizer, `{method:code}` writes `{value:code}` to it; the line that would turn it on for PP {op1:>|>=} {pp:int} with VPP {op2:>|>=} {vpp:int} is commented out under \"{comment:quote}\".")
-    ctx.expect(s.method == "setup()", f"SKILL.md names {s.method}")
+    s = ctx.read("With a `{cls:code}` attached and the distributed optimizer on, `{method:code}` writes `{value:code}` to it; the line that would turn it on for PP {op1:>|>=} {pp:int} with VPP {op2:>|>=} {vpp:int} is commented out under \"{comment:quote}\".")
+    ctx.expect(s.method == "setup()" and s.cls == r.cls, f"SKILL.md names {s.cls}.{s.method}")
     pp_on, pp_off = threshold(s.op1, s.pp)
     vpp_on, vpp_off = threshold(s.op2, s.vpp)
     for world, pp, vpp in ((2, pp_on, vpp_on), (1, 1, None), (8, 1, None)):
@@ -548,7 +548,24 @@ def optimizer_step_gather(ctx: Context) -> None:
         return bool(_evaluate(block.test, model_cfg=types.SimpleNamespace(pipeline_model_parallel_size=pp), vp_size=vpp))
 
     ctx.expect(block_runs(pp_on, vpp_on) and not block_runs(pp_off, vpp_on) and not block_runs(pp_on, vpp_off), f"the commented-out line's block does not run exactly for PP {s.op1} {s.pp} with VPP {s.op2} {s.vpp}")
-    t = ctx.read("Passing `{passed:code}` to `{cls:code}` survives `{updater:code}`, and Bridge hands the value to `{fn:code}`, which then disables bucketing for every model chunk.")
+    w = ctx.read("Without one (`{where:code}` is `{none:code}`, as `{base:code}` leaves it), `{method:code}` never runs, and `{on:code}` set on `{attr:code}` survives `{updater:code}`.")
+    from megatron.bridge.recipes import common
+
+    base = getattr(common, w.base.removesuffix("()"))()
+    ctx.expect(w.method == s.method and w.attr == r.attr and literal(w.none) is None and get_value(base, w.where) is None, f"{w.base} leaves {w.where}={get_value(base, w.where)!r}")
+    for distributed in (True, False):
+        cfg = tiny_config(pp=pp_on, vpp=vpp_on, distributed_optimizer=distributed)
+        set_value(cfg, w.where, None)
+        set_value(cfg, f"{r.attr}.{r.field}", literal(w.on))
+        _resolve_with(w.updater, cfg, pp_on * 2)
+        ctx.expect(get_value(cfg, f"{r.attr}.{r.field}") == literal(w.on) != literal(s.value), f"without a {r.cls}, {w.on} on {r.attr} comes out {get_value(cfg, f'{r.attr}.{r.field}')!r}")
+    # with one attached but no distributed optimizer, setup() leaves it too
+    cfg = tiny_config(pp=pp_on, vpp=vpp_on, distributed_optimizer=False)
+    set_value(cfg, f"{r.attr}.{r.field}", literal(w.on))
+    cfg.comm_overlap = overlap(tp_comm_overlap=False)
+    _resolve_with(w.updater, cfg, pp_on * 2)
+    ctx.expect(get_value(cfg, f"{r.attr}.{r.field}") == literal(w.on), f"setup() changes {r.field} without the distributed optimizer")
+    t = ctx.read("Passing `{passed:code}` to `{cls:code}` survives `{updater:code}` too, and Bridge hands the value to `{fn:code}`, which then disables bucketing for every model chunk.")
     field, value = assignment(t.passed)
     ctx.expect(field == r.field and t.cls == r.cls == "CommOverlapConfig", f"SKILL.md passes {t.passed} to {t.cls}")
     cfg = tiny_config(pp=pp_on, vpp=vpp_on, distributed_optimizer=True)
