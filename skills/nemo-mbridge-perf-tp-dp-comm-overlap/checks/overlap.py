@@ -532,12 +532,29 @@ def gpu_dp_overlap_trains(ctx: Context) -> None:
 def gpu_tp_overlap(ctx: Context) -> None:
     """CPU side of the GPU run (checks/gpu.py check_overlap_tp): the block at TP=2 with
     sequence parallelism keeps TP overlap on once TE is there (HAVE_TE patched: CPU has none)."""
-    from .gpu import DISABLING_TP_OVERLAP, overlap_config, tp_size_for
+    from .gpu import DISABLING_TP_OVERLAP, overlap_config
 
     r = ctx.read("TP overlap needs at least {gpus:int} GPUs and Transformer Engine.")
-    ctx.expect(tp_size_for(r.gpus - 1) is None and tp_size_for(r.gpus) == r.gpus, f"the GPU run does not start TP overlap at {r.gpus} GPUs")
     s = ctx.read("On such a machine a run with TP {op:>=|>} {tp:int} and sequence parallelism must log no \"{warning:quote}\" warning, keep `{flag:code}` on and reach a finite loss; then check that iteration time drops against a run without overlap and that the loss matches it.")
-    ctx.expect(s.warning == DISABLING_TP_OVERLAP and s.flag == "tp_comm_overlap", f"the GPU run looks for {DISABLING_TP_OVERLAP!r} and tp_comm_overlap, not {s.warning!r}/{s.flag!r}")
+    source = " ".join(source_of(comm_overlap_module().CommOverlapConfig._get_model_comm_overlap_cfgs).split())
+    ctx.expect(f'logging.warning("{s.warning} due to' in source and s.flag == "tp_comm_overlap", f"Bridge logs no {s.warning!r} warning when it turns {s.flag} off")
+    ctx.expect(s.warning == DISABLING_TP_OVERLAP, f"the GPU run looks for {DISABLING_TP_OVERLAP!r}, not {s.warning!r}")
+
+    def kept(tp: int, te: bool) -> tuple[bool, list[str]]:
+        """Bridge's own decision at TP=`tp` with sequence parallelism: `CommOverlapConfig.setup()`
+        alone (the tiny model's head count need not divide by `tp`), as runtime_config_update calls it."""
+        cfg = overlap_config(ctx, tp, tp=tp, te=False)
+        cfg.model.sequence_parallel = True
+        overlap = cfg.comm_overlap
+        overlap.finalize()
+        overlap.data_parallel_size = 1
+        with mock.patch.object(comm_overlap_module(), "HAVE_TE", te), collect_warnings() as warnings:
+            overlap.setup(cfg.model, cfg.optimizer, cfg.ddp)
+        return getattr(cfg.model, s.flag) is True, [w for w in warnings if s.warning in w]
+
+    # The GPU count is Bridge's TP threshold: one GPU fewer, Bridge turns the overlap off.
+    ctx.expect(kept(r.gpus, True)[0] and not kept(r.gpus - 1, True)[0], f"Bridge keeps {s.flag} from TP={r.gpus}, not exactly from there")
+    ctx.expect(not kept(r.gpus, False)[0], f"Bridge keeps {s.flag} without Transformer Engine")
     tp, _ = threshold(s.op, s.tp)
     cfg = overlap_config(ctx, tp, tp=tp, te=False)
     ctx.expect(isinstance(cfg.comm_overlap, comm_overlap_module().CommOverlapConfig) and cfg.comm_overlap.tp_comm_overlap, "the enablement block no longer asks for TP overlap")
