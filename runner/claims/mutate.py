@@ -4,7 +4,9 @@ check notices.
 Mutations are generated mechanically from the SKILL.md text (no list of expected facts):
 booleans flipped, numbers changed, backticked names swapped for another of the skill,
 quoted messages cut, exception types swapped, negations dropped, comparisons turned, a
-sentence deleted. Each mutant is the whole SKILL.md re-read with that one change; the
+sentence deleted; and word-level: two named objects of a sentence trading places, and a
+condition, order or verdict replaced by its neighbour (before/after, with/without,
+accepted/refused, passes/fails, first/last, unless/if, ...). Each mutant is the whole SKILL.md re-read with that one change; the
 checks that read the changed section (its own and any that build on it as a sibling) run
 again in this process, so Megatron is imported once. A mutant is killed when one of them
 fails. Equivalent mutants (the sentence stays true) are listed in a reviewed allow-list.
@@ -133,6 +135,24 @@ _NEGATION = re.compile(r"(\*\*not\*\*|\bnot\b|\bnever\b|\bno\b)\s?", re.IGNORECA
 _COMPARISON = re.compile(r"(?<![<>=-])(>=|<=|>|<)(?![>=-])|\b(at least|at most|more than|above|below)\b")
 
 
+# Word-level operators: a condition, an order or a verdict replaced by its neighbour.
+WORD_SWAP = {
+    "before": "after", "after": "before", "with": "without", "without": "with",
+    "accepts": "rejects", "rejects": "accepts", "accepted": "refused", "refused": "accepted", "rejected": "accepted",
+    "allows": "refuses", "refuses": "allows", "passes": "fails", "fails": "passes", "pass": "fail", "fail": "pass",
+    "first": "last", "last": "first", "earlier": "later", "later": "earlier", "older": "newer", "newer": "older",
+    "unless": "if", "enabled": "disabled", "disabled": "enabled", "inside": "outside", "outside": "inside",
+    "only": "also", "both": "neither", "every": "no", "all": "none", "raises": "warns", "warns": "raises",
+}
+_WORD = re.compile(r"\b(" + "|".join(sorted(WORD_SWAP, key=len, reverse=True)) + r")\b", re.IGNORECASE)
+_SENTENCE_NAMES = re.compile(r"`([^`\n]{1,200})`")
+
+
+def _word_swapped(word: str) -> str:
+    now = WORD_SWAP[word.lower()]
+    return now.capitalize() if word[:1].isupper() else now
+
+
 def _number_changed(token: str) -> str:
     parts = token.split(".")
     parts[-1] = str(int(parts[-1]) + 1)
@@ -222,8 +242,17 @@ def generate(skill: str, text: str, file: str = "SKILL.md") -> list[Mutation]:
                 add(claim, "name", start + m.start(1), start + m.end(1), (names[index + 1:] + names[:index])[0] if len(names) > 1 else others[0])
         for m in _QUOTE.finditer(body):
             add(claim, "message", start + m.start(1), start + m.end(1), _quote_changed(m.group(1)))
+        for m in _WORD.finditer(body):
+            if not in_code(m.start()):
+                add(claim, "word", start + m.start(), start + m.end(), _word_swapped(m.group(1)))
         for a, b in _sentences(text, start, end, code):
             add(claim, "sentence", a, b, "")
+            # two named objects of one sentence trade places
+            pair = [m for m in _SENTENCE_NAMES.finditer(text, a, b)][:2]
+            if len(pair) == 2 and pair[0].group(1) != pair[1].group(1):
+                first, second = pair
+                swapped = second.group(1) + text[first.end(1) : second.start(1)] + first.group(1)
+                add(claim, "swap", first.start(1), second.end(1), swapped)
     return sorted(mutations, key=lambda m: (m.line, m.start, m.operator))
 
 

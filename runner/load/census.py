@@ -16,6 +16,7 @@ from ..core import LoadError
 from ..core.schemas import check_schema
 from .parsing import load_yaml
 
+CENSUS_DIR = Path("evals") / "problems"
 DRAW_FILE = "draw.yaml"
 
 

@@ -42,6 +42,7 @@ from ..load import (
 SPEC_KEYS = {"name", "description", "license", "compatibility", "allowed-tools", "metadata"}
 NAME_RE = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 MAX_NAME, MAX_DESCRIPTION, MAX_COMPATIBILITY, MAX_BODY_LINES = 64, 1024, 500, 500
+MAX_BODY_TOKENS = 5000  # the Agent Skills guidance for a SKILL.md body; detail goes to references/
 MIN_CASES, MIN_NEGATIVES, MIN_BEHAVIOURS, MAX_BEHAVIOURS = 6, 2, 4, 8
 TRIGGER_RE = re.compile(r"\bwhen\b", re.IGNORECASE)
 CLAIM_MARKER_RE = re.compile(r"<!--\s*claim:\s*([^\s>]+)\s*-->")
@@ -114,6 +115,39 @@ def validate_bundle(report: Report, bundle: Bundle) -> None:
     for path in bundle.bundle_eval_files():
         validate_evals(report, path, bundle, quality=False)
     _check_calibration(report, bundle)
+    _check_census(report, bundle)
+
+
+def _check_census(report: Report, bundle: Bundle) -> None:
+    """The census of real problems (evals/problems/): schema, the seeded draw, and every
+    answered_by naming a skill of the bundle and claims its card lists."""
+    from ..load.census import CENSUS_DIR, load_census
+
+    root = bundle.root / CENSUS_DIR
+    if not root.is_dir():
+        return
+    try:
+        census = load_census(root)
+    except LoadError as error:
+        report.load(error)
+        return
+    cards: dict[str, set[str]] = {}
+    for skill_dir in bundle.skill_dirs():
+        try:
+            cards[skill_dir.name] = {c.get("id") for c in (load_yaml(skill_dir / CARD_FILE).data or {}).get("claims", []) if isinstance(c, dict)}
+        except (LoadError, OSError):
+            cards[skill_dir.name] = set()
+    for problem_id, problem in sorted(census.problems.items()):
+        answered = problem.get("answered_by")
+        if not answered:
+            continue
+        path = root / f"{problem_id}.yaml"
+        if answered["skill"] not in cards:
+            report.add(path, 1, "census/answered-by", f"answered_by names {answered['skill']!r}, which is not a skill of the bundle")
+            continue
+        unknown = [c for c in answered["claims"] if c not in cards[answered["skill"]]]
+        if unknown:
+            report.add(path, 1, "census/answered-by", f"answered_by names claim {unknown[0]!r}, which {answered['skill']}'s card does not list")
 
 
 def _check_calibration(report: Report, bundle: Bundle) -> None:
@@ -156,6 +190,7 @@ def validate_skill(report: Report, root: Path, bundle: Bundle | None, names: set
         _check_body(report, skill)
         marker_ids = _claim_markers(report, skill)
         _check_unclaimed_facts(report, skill)
+        _check_framing(report, skill)
     _check_scripts(report, root)
     _check_card(report, root, marker_ids)
     evals_path = root / EVALS_FILE
@@ -244,6 +279,9 @@ def _check_body(report: Report, skill: Skill) -> None:
         report.add(path, first + MAX_BODY_LINES, "skill/body-length", f"body has {len(lines)} lines; keep it under {MAX_BODY_LINES} and move detail to references/")
     if not any(line.strip() for line in lines):
         report.add(path, first, "skill/body-empty", "SKILL.md has frontmatter but no instructions")
+    tokens = estimated_tokens("\n".join(lines))
+    if tokens > MAX_BODY_TOKENS:
+        report.add(path, first, "skill/body-size", f"body is about {tokens} tokens (characters / 4); keep it under {MAX_BODY_TOKENS} and move detail to references/ files linked where it is needed")
     fenced = _in_fence_map(lines)
     for offset, line in enumerate(lines):
         number = first + offset
@@ -279,6 +317,45 @@ def _check_unclaimed_facts(report: Report, skill: Skill) -> None:
             tokens = [t.text for t in fact_tokens(line.text)]
             if tokens:
                 report.add(path, line.number, "skill/unclaimed-fact", f"{', '.join(repr(t) for t in tokens[:3])} stated outside any claim section; put it under a <!-- claim: ID --> marker whose check reads it, or drop it")
+
+
+def estimated_tokens(text: str) -> int:
+    """About four characters per token for English prose and code; no tokenizer needed."""
+    return len(text) // 4
+
+
+def _check_framing(report: Report, skill: Skill) -> None:
+    """Outside claim sections, every sentence (headings and list items included) is one of
+    the skill's reviewed framing sentences (checks/framing.yaml), so no statement about the
+    library can be added or changed there without a check or a review. Applies to skills
+    whose card lists claims."""
+    from ..claims import framing_sentences, load_framing
+
+    card = skill.root / CARD_FILE
+    try:
+        claims = (load_yaml(card).data or {}).get("claims") if card.is_file() else None
+    except LoadError:
+        return  # the card's own rules report it
+    if not claims:
+        return
+    try:
+        reviewed = load_framing(skill.root)
+    except LoadError as error:
+        report.load(error)
+        return
+    seen: set[str] = set()
+    documents = [(skill.skill_md, skill.skill_md.read_text("utf-8"))]
+    references = skill.root / "references"
+    if references.is_dir():
+        documents += [(path, path.read_text("utf-8", errors="replace")) for path in sorted(references.rglob("*.md"))]
+    for path, text in documents:
+        for number, sentence in framing_sentences(text):
+            seen.add(sentence)
+            if sentence not in reviewed.sentences:
+                report.add(path, number, "skill/unreviewed-sentence", f"{sentence[:70]!r} is outside any claim section and not in {reviewed.path.name}; put it in a claim section whose check reads it, or have it reviewed as framing")
+    for sentence, number in reviewed.sentences.items():
+        if sentence not in seen:
+            report.add(reviewed.path, number, "skill/stale-framing", f"{sentence[:70]!r} no longer occurs outside a claim section; remove it from the list")
 
 
 def _claim_markers(report: Report, skill: Skill) -> dict[str, tuple[Path, int]]:
