@@ -62,6 +62,7 @@ from .registry import (
     function_source,
     get_field,
     literal,
+    raised_messages,
     raised,
     resolve_symbol,
     set_field,

@@ -122,6 +122,16 @@ def _section_spans(text: str) -> list[tuple[str, int, int, list[tuple[int, int]]
             code = []
         offset = line_end + 1
     close(len(text))
+    from .sections import description_lines
+
+    described = description_lines(text)
+    if described is not None:  # the front-matter description, when a claim reads it
+        claim, first, last = described
+        starts = [0]
+        for line in text.split("\n"):
+            starts.append(starts[-1] + len(line) + 1)
+        begin = starts[first] + (len("description:") if text[starts[first] :].startswith("description:") else 0)
+        spans.insert(0, (claim, begin, starts[last], []))
     return spans
 
 

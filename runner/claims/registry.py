@@ -11,6 +11,8 @@ section's prose matched, every fact token captured as a value, every code block 
 
 from __future__ import annotations
 
+import functools
+
 import importlib
 import inspect
 import re
@@ -450,3 +452,54 @@ def function_source(module: str, name: str) -> str:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == name:
             return _squash(ast.get_source_segment(text, node) or "")
     raise ClaimFailed(f"{module} defines no {name}")
+
+
+def raised_messages(*packages: str) -> list[str]:
+    """The messages of every raise, assert and warning in the installed `packages` (cached
+    per process: mutate asks again for every mutant)."""
+    return list(_raised_messages(packages))
+
+
+@functools.cache
+def _raised_messages(packages: tuple[str, ...]) -> tuple[str, ...]:
+    """The messages of every `raise X("...")`, `assert ..., "..."` and logged warning in the
+    installed `packages` (read from their files with ast, nothing imported): the text a user
+    sees, adjacent literals joined, each f-string field shown as `{}`."""
+    import ast
+    import importlib.util
+
+    def text_of(node: ast.AST) -> str | None:
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return node.value
+        if isinstance(node, ast.JoinedStr):
+            return "".join(v.value if isinstance(v, ast.Constant) else "{}" for v in node.values)
+        return None
+
+    messages: list[str] = []
+    for package in packages:
+        # located from the top-level package's folders: importing a subpackage would run
+        # its __init__, which may need packages a CPU machine lacks
+        top, *rest = package.split(".")
+        spec = importlib.util.find_spec(top)
+        places = [Path(p).joinpath(*rest) for p in (spec.submodule_search_locations or [])] if spec else []
+        files = next((sorted(p.rglob("*.py")) for p in places if p.is_dir()), None) or [p.with_suffix(".py") for p in places if p.with_suffix(".py").is_file()]
+        if not files:
+            raise ClaimFailed(f"{package} is not installed")
+        for file in files:
+            try:
+                tree = ast.parse(file.read_text("utf-8"))
+            except (SyntaxError, UnicodeDecodeError):
+                continue
+            for node in ast.walk(tree):
+                candidates: list[ast.AST] = []
+                if isinstance(node, ast.Assert) and node.msg is not None:
+                    candidates.append(node.msg)
+                elif isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call) and node.exc.args:
+                    candidates.append(node.exc.args[0])
+                elif isinstance(node, ast.Call) and ast.unparse(node.func).endswith(("warning", "warn")) and node.args:
+                    candidates.extend(node.args[:2])
+                for candidate in candidates:
+                    text = text_of(candidate)
+                    if text:
+                        messages.append(_squash(text))
+    return tuple(messages)

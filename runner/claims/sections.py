@@ -105,6 +105,43 @@ def read_sections(skill_md: Path, text: str | None = None) -> dict[str, ClaimSec
     return sections
 
 
+_DESCRIPTION_CLAIM_RE = re.compile(r"^\s+description-claim:\s*['\"]?([a-z0-9-]+)['\"]?\s*$")
+_BLOCK_INDICATORS = {">", ">-", ">+", "|", "|-", "|+"}
+
+
+def description_lines(text: str) -> tuple[str, int, int] | None:
+    """(claim id, first, end) line indexes (0-based, end exclusive) of the front-matter
+    description's value, when the front matter names its claim under `metadata`
+    (`description-claim: ID`); None otherwise. The description is then a claim section like
+    any other: its check reads it, mutate changes it."""
+    lines = text.split("\n")
+    if not lines or lines[0].strip() != "---":
+        return None
+    end = next((i for i in range(1, len(lines)) if lines[i].strip() == "---"), None)
+    if end is None:
+        return None
+    claim = next((m.group(1) for line in lines[1:end] if (m := _DESCRIPTION_CLAIM_RE.match(line))), None)
+    key = next((i for i in range(1, end) if lines[i].startswith("description:")), None)
+    if claim is None or key is None:
+        return None
+    first = key if lines[key][len("description:") :].strip() not in _BLOCK_INDICATORS else key + 1
+    last = key + 1
+    while last < end and (lines[last].startswith((" ", "\t")) or not lines[last].strip()):
+        last += 1
+    return claim, first, last
+
+
+def description_section(skill_md: Path, text: str) -> ClaimSection | None:
+    found = description_lines(text)
+    if found is None:
+        return None
+    claim, first, last = found
+    lines = text.split("\n")[first:last]
+    if lines and lines[0].startswith("description:"):
+        lines[0] = lines[0][len("description:") :]
+    return ClaimSection(claim, skill_md, first + 1, [line.strip() for line in lines])
+
+
 def skill_documents(root: Path) -> list[Path]:
     """The files of a skill that state facts: SKILL.md, then references/*.md (read on demand)."""
     references = root / "references"
@@ -122,7 +159,15 @@ def read_skill_sections(root: Path, texts: dict[Path, str] | None = None) -> dic
     for path in skill_documents(root):
         if not path.is_file():
             continue
-        for claim_id, section in read_sections(path, (texts or {}).get(path)).items():
+        text = (texts or {}).get(path)
+        found = read_sections(path, text)
+        if path.name == "SKILL.md":
+            described = description_section(path, path.read_text("utf-8") if text is None else text)
+            if described is not None:
+                if described.claim_id in found:
+                    raise DuplicateClaim(f"{path}:{described.line}: claim {described.claim_id} names the description and is also marked at line {found[described.claim_id].line}")
+                found = {described.claim_id: described, **found}
+        for claim_id, section in found.items():
             if claim_id in sections:
                 raise DuplicateClaim(f"{path}:{section.line}: claim {claim_id} is also marked in {sections[claim_id].path.name}")
             sections[claim_id] = section

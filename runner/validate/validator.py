@@ -365,6 +365,11 @@ def _claim_markers(report: Report, skill: Skill) -> dict[str, tuple[Path, int]]:
     references = skill.root / "references"
     if references.is_dir():
         documents += [(path, path.read_text("utf-8", errors="replace").split("\n"), 1) for path in sorted(references.rglob("*.md"))]
+    from ..claims.sections import description_lines
+
+    described = description_lines(skill.skill_md.read_text("utf-8"))
+    if described is not None:
+        markers[described[0]] = (skill.skill_md, described[1] + 1)
     for path, lines, first in documents:
         for offset, line in enumerate(lines):
             for match in CLAIM_MARKER_RE.finditer(line):
