@@ -109,7 +109,10 @@ def test_unreadable_file_is_a_finding(good_bundle: Path, monkeypatch):
 
 
 # Rules covered here rather than by a file in tests/fixtures/bad/.
-COVERED_BY_TESTS = {"file/too-large", "checks/schema", "checks/unknown-case", "checks/unknown-behaviour", "checks/regex", "checks/empty-match", "checks/anchored-forbidden", "yaml/alias", "calibration/labels", "bundle/card-missing", "bundle/empty", "bundle/unlisted-skill", "skill/missing", "card/missing", "evals/missing", "skill/spec", "skill/duplicate-claim", "file/unreadable"}
+COVERED_BY_TESTS = {"file/too-large", "checks/schema", "checks/unknown-case", "checks/unknown-behaviour", "checks/regex", "checks/empty-match", "checks/anchored-forbidden", "yaml/alias", "calibration/labels", "bundle/card-missing", "bundle/empty", "bundle/unlisted-skill", "skill/missing", "card/missing", "evals/missing", "skill/spec", "skill/duplicate-claim", "file/unreadable",
+                     # tests/test_framing.py and tests/test_census.py
+                     "skill/unreviewed-sentence", "skill/stale-framing", "skill/framing-list", "skill/body-size",
+                     "census/missing", "census/schema", "census/id", "census/draw", "census/answered-by"}
 
 
 def test_every_rule_has_a_failing_fixture():
@@ -151,11 +154,22 @@ def test_a_huge_file_is_refused_before_it_is_read(good_bundle: Path):
     assert [(f.rule, Path(f.path).name) for f in findings] == [("file/too-large", "routing.json")]
 
 
+def review(bundle: Path, *sentences: str) -> None:
+    """Add framing sentences to the demo skill's reviewed list."""
+    import yaml
+
+    framing = bundle / "skills" / "demo-skill" / "checks" / "framing.yaml"
+    data = yaml.safe_load(framing.read_text())
+    data["sentences"] += list(sentences)
+    framing.write_text(yaml.safe_dump(data))
+
+
 def test_facts_outside_claim_sections_are_found_in_references_too(good_bundle: Path):
     references = good_bundle / "skills" / "demo-skill" / "references"
     references.mkdir(exist_ok=True)
     (references / "more.md").write_text("# More\n\nAdvice only.\n\nRaises `ValueError` past 3 widgets.\n\n<!-- claim: demo-more -->\nHeld: `x`.\n")
-    findings = validate_path(good_bundle)
+    review(good_bundle, "# More", "Advice only.")
+    findings = [f for f in validate_path(good_bundle) if f.rule != "skill/unreviewed-sentence"]
     assert [(f.rule, f.line, Path(f.path).name) for f in findings] == [("skill/unclaimed-fact", 5, "more.md"), ("skill/claim-unknown", 7, "more.md")]
     assert "'ValueError', '3' stated outside any claim section" in findings[0].message
 
@@ -164,6 +178,7 @@ def test_a_claim_marked_in_skill_md_and_a_reference_is_a_duplicate(good_bundle: 
     references = good_bundle / "skills" / "demo-skill" / "references"
     references.mkdir(exist_ok=True)
     (references / "again.md").write_text("# Again\n\n<!-- claim: demo-enable -->\nHeld.\n")
+    review(good_bundle, "# Again")
     findings = validate_path(good_bundle)
     assert [(f.rule, f.line, Path(f.path).name) for f in findings] == [("skill/duplicate-claim", 3, "again.md")]
     assert "already stands at SKILL.md:" in findings[0].message

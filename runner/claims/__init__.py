@@ -8,7 +8,7 @@ the functions load on first use."""
 
 from importlib import import_module
 
-from .sections import body_lines, fact_tokens
+from .sections import body_lines, description_lines, fact_tokens
 from .status import (
     CPU_RESULTS,
     ERROR,
@@ -40,6 +40,7 @@ __all__ = [
     "VERIFIED_CPU",
     "VERIFIED_GPU",
     "body_lines",
+    "description_lines",
     "fact_tokens",
     *_LAZY,
 ]

@@ -12,8 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..core import LoadError
-from ..core.schemas import check_schema
+from ..core import LoadError, check_schema
 from .parsing import load_yaml
 
 CENSUS_DIR = Path("evals") / "problems"

@@ -121,7 +121,7 @@ def validate_bundle(report: Report, bundle: Bundle) -> None:
 def _check_census(report: Report, bundle: Bundle) -> None:
     """The census of real problems (evals/problems/): schema, the seeded draw, and every
     answered_by naming a skill of the bundle and claims its card lists."""
-    from ..load.census import CENSUS_DIR, load_census
+    from ..load import CENSUS_DIR, load_census
 
     root = bundle.root / CENSUS_DIR
     if not root.is_dir():
@@ -365,7 +365,7 @@ def _claim_markers(report: Report, skill: Skill) -> dict[str, tuple[Path, int]]:
     references = skill.root / "references"
     if references.is_dir():
         documents += [(path, path.read_text("utf-8", errors="replace").split("\n"), 1) for path in sorted(references.rglob("*.md"))]
-    from ..claims.sections import description_lines
+    from ..claims import description_lines
 
     described = description_lines(skill.skill_md.read_text("utf-8"))
     if described is not None:

@@ -712,7 +712,10 @@ def code_anchors(ctx: Context) -> None:
         order.append(hits[0])
     ctx.expect(order == sorted(order), f"{a.apply} asserts on {names} in another order")
     ctx.expect(max(sets) < min(i for i, n in enumerate(tree.body) if any(isinstance(x, ast.Assert) for x in ast.walk(n))), f"{a.apply} asserts before it sets the flags")
-    # the side effects, observed on a real config
+    # the side effects, observed on a real config, each under the condition the source gives it
+    ctx.expect(sorted(relative(w)[0] for w in (a.reuse_a, a.reuse_b)) == ["ddp", "optimizer"], f"{a.reuse} is turned off on cfg.ddp and cfg.optimizer, not {a.reuse_a} and {a.reuse_b}")
+    guards = {ast.unparse(n.test): {ast.unparse(s) for s in n.body} for n in ast.walk(tree) if isinstance(n, ast.If)}
+    ctx.expect(f"self.{'.'.join(relative(a.decoupled))} = True" in guards.get(f"self.{'.'.join(relative(a.pao))}", set()), f"{a.apply} does not set {a.decoupled} under {a.pao}")
     cfg = tiny_config()
     assign(cfg, "ddp.use_megatron_fsdp", True)
     assign(cfg, a.pao, True)

@@ -14,10 +14,14 @@ PACKAGES = ("megatron.bridge.training", "megatron.core.distributed", "megatron.c
 
 
 def quoted_is_raised(ctx: Context, quoted: str) -> None:
-    """A quoted message, or its start when it ends in '...', is raised by the library."""
-    head = quoted.removesuffix("...").rstrip()
-    found = [m for m in raised_messages(*PACKAGES) if (m.startswith(head) if quoted.endswith("...") else quoted in m)]
-    ctx.expect(bool(found), f'no message Bridge or megatron-core raises {"starts with" if quoted.endswith("...") else "contains"} "{head}"')
+    """A quoted message is one the library raises, word for word; a quote ending in '...' is
+    the start of one, cut at a word's end."""
+    messages = raised_messages(*PACKAGES)
+    if quoted.endswith("..."):
+        head = quoted.removesuffix("...").rstrip()
+        ctx.expect(any(m.startswith(head + " ") for m in messages), f'no message Bridge or megatron-core raises starts with "{head}"')
+    else:
+        ctx.expect(quoted in messages, f'Bridge and megatron-core raise no message "{quoted}", word for word')
 
 
 @claim("moe-description")
