@@ -78,3 +78,19 @@ def test_validate_reports_a_tampered_draw_a_broken_problem_and_an_unknown_claim(
     answered.write_text(yaml.safe_dump(data), "utf-8")
     done = validate(bundle)
     assert done.returncode == 1 and "census/answered-by" in done.stdout and "'no-such-claim'" in done.stdout
+
+
+def test_a_problem_outside_every_round_and_a_missing_folder_are_one_line_errors(tmp_path: Path):
+    import pytest
+
+    from runner.core import LoadError
+
+    bundle = copy_bundle(tmp_path)
+    root = bundle / CENSUS_DIR
+    stray = root / "moe-stray-problem.yaml"
+    first = next(p for p in sorted(root.glob("moe-*.yaml")))
+    stray.write_text(first.read_text("utf-8").replace(f"id: {first.stem}", "id: moe-stray-problem"), "utf-8")
+    with pytest.raises(LoadError, match="moe-stray-problem is in neither the draw's population nor a later round"):
+        load_census(root)
+    with pytest.raises(LoadError, match="no census folder"):
+        load_census(tmp_path / "nowhere")

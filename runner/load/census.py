@@ -27,7 +27,17 @@ class Census:
 
     @property
     def heldout(self) -> list[str]:
-        return list(self.draw["heldout"]) if self.draw else []
+        """The seeded draw's third, and every problem of a later round (wholly held out)."""
+        if not self.draw:
+            return []
+        return sorted({*self.draw["heldout"], *(i for r in self.draw.get("rounds", []) for i in r["heldout"])})
+
+    def round_of(self, problem_id: str) -> str | None:
+        """The later round a problem was collected in, None for the first census."""
+        for later in (self.draw or {}).get("rounds", []):
+            if problem_id in later["heldout"]:
+                return later["name"]
+        return None
 
     @property
     def training(self) -> list[str]:
@@ -70,4 +80,16 @@ def load_census(root: Path) -> Census:
             raise LoadError(draw_path, located.line(("population",)), "census/draw", f"{unknown[0]} has no problem file")
         if sorted(draw["heldout"]) != draw_heldout(draw["population"], draw["seed"]):
             raise LoadError(draw_path, located.line(("heldout",)), "census/draw", f"heldout is not the draw of seed {draw['seed']} over its population")
+        seen = set(draw["population"])
+        for index, later in enumerate(draw.get("rounds", [])):
+            for position, problem_id in enumerate(later["heldout"]):
+                where = located.line(("rounds", index, "heldout", position))
+                if problem_id not in problems:
+                    raise LoadError(draw_path, where, "census/draw", f"{problem_id} has no problem file")
+                if problem_id in seen:
+                    raise LoadError(draw_path, where, "census/draw", f"{problem_id} is already in an earlier round")
+                seen.add(problem_id)
+        unplaced = sorted(set(problems) - seen)
+        if unplaced:
+            raise LoadError(root / f"{unplaced[0]}.yaml", 1, "census/draw", f"{unplaced[0]} is in neither the draw's population nor a later round of {DRAW_FILE}")
     return Census(root, problems, draw)
