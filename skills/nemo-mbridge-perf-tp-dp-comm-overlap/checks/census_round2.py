@@ -178,7 +178,7 @@ def pp_in_batch_packing(ctx: Context) -> None:
     from megatron.bridge.training.config import ConfigContainer
 
     src = _squash(inspect.getsource(ConfigContainer.validate))
-    ctx.expect(r.validate == "cfg.validate()" and f'getattr(self.dataset, "{r.flag}", False)' in src and "transformer_config._enable_in_batch_packing = True" in src, f"{r.validate} does not mark the model for {r.flag}")
+    ctx.expect(r.validate == "cfg.validate()" and f'getattr(self.dataset, "{r.flag}", False)' in src and re.search(r"\b[\w.]+\._enable_in_batch_packing = True", src) is not None, f"{r.validate} does not mark the model for {r.flag}")
     name, value = assignment(r.setting)
     ctx.expect(r.fin == "finalize()", f"{r.fin} is not finalize()")
     for pp, expected in ((r.one + 1, value), (r.pp1, literal(r.off))):
