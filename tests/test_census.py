@@ -31,11 +31,12 @@ def test_the_heldout_third_is_the_seeded_draw_over_the_recorded_population():
     c = census()
     assert c.draw is not None
     assert set(c.draw["population"]) <= set(c.problems)
-    assert c.heldout == draw_heldout(c.draw["population"], c.draw["seed"])
-    assert len(c.heldout) == len(c.draw["population"]) // 3
+    assert sorted(c.draw["heldout"]) == draw_heldout(c.draw["population"], c.draw["seed"])
+    assert set(c.heldout) == set(c.draw["heldout"]) | {i for r in c.draw.get("rounds", []) for i in r["heldout"]}
+    assert len(c.draw["heldout"]) == len(c.draw["population"]) // 3
     assert not set(c.heldout) & set(c.training)
     # another seed draws another third
-    assert draw_heldout(c.draw["population"], c.draw["seed"] + 1) != c.heldout
+    assert draw_heldout(c.draw["population"], c.draw["seed"] + 1) != sorted(c.draw["heldout"])
 
 
 def test_answered_problems_name_claims_the_skill_cards_list():
