@@ -62,6 +62,7 @@ from .registry import (
     function_source,
     get_field,
     literal,
+    quote_not_raised,
     raised_messages,
     raised,
     resolve_symbol,

@@ -503,3 +503,13 @@ def _raised_messages(packages: tuple[str, ...]) -> tuple[str, ...]:
                     if text:
                         messages.append(_squash(text))
     return tuple(messages)
+
+
+def quote_not_raised(quoted: str, *packages: str) -> str | None:
+    """Why `quoted` is not a message the installed `packages` raise or log word for word (or,
+    when it ends in '...', the start of one, cut at a word's end); None when it is."""
+    messages = raised_messages(*packages)
+    if quoted.endswith("..."):
+        head = quoted.removesuffix("...").rstrip()
+        return None if any(m.startswith(head + " ") for m in messages) else f'no message of {", ".join(packages)} starts with "{head}"'
+    return None if quoted in messages else f'{", ".join(packages)} raise no message "{quoted}", word for word'

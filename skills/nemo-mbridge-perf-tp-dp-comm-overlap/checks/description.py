@@ -6,8 +6,9 @@ names is the one a checked section of this skill states."""
 from __future__ import annotations
 
 import dataclasses
+import inspect
 
-from runner.claims.kit import Context, claim, raised_messages
+from runner.claims.kit import Context, claim, quote_not_raised, raised_messages
 
 from .overlap import comm_overlap_module
 
@@ -30,7 +31,7 @@ def description(ctx: Context) -> None:
     ctx.expect(a.cls == "CommOverlapConfig", f"{a.cls} is not Bridge's overlap config")
     for name in (a.tp, a.g1, a.g2, a.bs, a.p1, a.p2):
         ctx.expect(name in fields, f"{name} is not a field of {a.cls}")
-    derive = " ".join(__import__("inspect").getsource(module.CommOverlapConfig).split())
+    derive = " ".join(inspect.getsource(module.CommOverlapConfig).split())
     ctx.expect("elif not model_cfg.sequence_parallel:" in derive and "TransformerLayerTPOverlapCfg" in derive, "TP overlap does not go with sequence parallelism and userbuffers presets")
     ctx.expect("and ddp_config.use_distributed_optimizer" in derive and all(f"comm_overlap_cfg.{n} = " in derive for n in (a.g1, a.g2, a.bs)), f"{a.g1}/{a.g2}/{a.bs} are not derived with the distributed optimizer")
     ctx.expect(all(f"comm_overlap_cfg.{n} = " in derive for n in (a.p1, a.p2)) and "virtual_pipeline_model_parallel_size" in derive, f"{a.p1}/{a.p2} are not derived with virtual pipeline stages")
@@ -41,8 +42,8 @@ def description(ctx: Context) -> None:
         " the first step without VPP, why TP overlap start-up fails in MPI ({boot:word}), what Bridge sets for PP/VPP p2p overlap,"
         " or where {env2:word} and LayerNorm SM margin belong."
     )
-    head = b.warning.removesuffix("...").rstrip()
-    ctx.expect(b.warning.endswith("...") and any(m.startswith(head + " ") for m in raised_messages(*PACKAGES)), f'Bridge logs no warning starting "{head}"')
+    problem = quote_not_raised(b.warning, *PACKAGES)
+    ctx.expect(b.warning.endswith("...") and problem is None, problem or f'"{b.warning}" is a whole message, not the start the description quotes')
     name, _, value = b.env.partition("=")
     ctx.expect(f"`{name}={value}`" in ctx.sibling("overlap-max-connections-mcore").section.text, f"the DP overlap section is not about {b.env}")
     ctx.expect(b.bs == a.bs and f"`{b.bs}` only counts with" in ctx.sibling("overlap-bucket-size-default").section.text, f"no section says when {b.bs} is ignored")
