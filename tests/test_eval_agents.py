@@ -213,9 +213,9 @@ def test_a_model_asking_to_write_or_fetch_changes_nothing(tmp_path, client):
     assert record["status"] == "ok" and record["answer"] == "Done trying.", record
     refused = [r["tool"] for r in record["agent"]["tools_refused"]]
     if client == "codex":
-        # Codex's --json stream leaves a command its sandbox failed out (0.171.0): the
-        # record cannot name it, the transcript shows the model's turns only.
-        assert refused == [], refused
+        # Codex's --json stream (0.171.0) leaves a command its sandbox failed out on some
+        # runs and reports it on others: the record names it exactly when the stream does.
+        assert refused in ([], ["exec_command"]), refused
     else:
         assert refused == [name for name, _ in plan], record["agent"]
 
