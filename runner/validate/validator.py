@@ -301,15 +301,21 @@ def _check_body(report: Report, skill: Skill) -> None:
                 report.add(path, number, "skill/missing-file", f"{target!r} is referenced but does not exist in the skill")
 
 
+def _documents(skill: Skill) -> list[tuple[Path, str]]:
+    """SKILL.md and references/*.md with their text: what the claim and framing rules read."""
+    documents = [(skill.skill_md, skill.skill_md.read_text("utf-8"))]
+    references = skill.root / "references"
+    if references.is_dir():
+        documents += [(path, path.read_text("utf-8", errors="replace")) for path in sorted(references.rglob("*.md"))]
+    return documents
+
+
 def _check_unclaimed_facts(report: Report, skill: Skill) -> None:
     """Every fact a skill states sits in a claim section, where its check reads it; outside
     them only advice and framing, so no token that carries a value."""
     from ..claims import body_lines, fact_tokens
 
-    documents = [(skill.skill_md, skill.skill_md.read_text("utf-8"))]
-    references = skill.root / "references"
-    if references.is_dir():
-        documents += [(path, path.read_text("utf-8", errors="replace")) for path in sorted(references.rglob("*.md"))]
+    documents = _documents(skill)
     for path, text in documents:
         for line in body_lines(text):
             if line.claim_id is not None or CLAIM_MARKER_RE.search(line.text):
@@ -344,10 +350,7 @@ def _check_framing(report: Report, skill: Skill) -> None:
         report.load(error)
         return
     seen: set[str] = set()
-    documents = [(skill.skill_md, skill.skill_md.read_text("utf-8"))]
-    references = skill.root / "references"
-    if references.is_dir():
-        documents += [(path, path.read_text("utf-8", errors="replace")) for path in sorted(references.rglob("*.md"))]
+    documents = _documents(skill)
     for path, text in documents:
         for number, sentence in framing_sentences(text):
             seen.add(sentence)
