@@ -24,7 +24,7 @@ from .status import (
     VERIFIED_GPU,
 )
 
-_LAZY = {"ClaimsRun": "api", "GpuMerge": "api", "cards_writable": "api", "check_claims": "api", "merge_gpu_results": "api", "DriftRun": "drift", "run_drift": "drift", "MutationRun": "api", "mutate_claims": "api", "framing_sentences": "framing", "load_framing": "framing"}
+_LAZY = {"ClaimsRun": "api", "GpuMerge": "api", "cards_writable": "api", "check_claims": "api", "merge_gpu_results": "api", "DriftRun": "drift", "run_drift": "drift", "MutationRun": "api", "mutate_claims": "api", "framing_sentences": "framing", "load_framing": "framing", "install_te_placeholders": "environment", "tiny_config": "environment", "resolve": "environment", "quiet": "environment", "collect_warnings": "environment"}
 
 __all__ = [
     "CPU_RESULTS",

@@ -32,6 +32,7 @@ import re
 from dataclasses import dataclass
 
 from ..load import Check
+from .extract import normalise
 
 TRIPWIRE, REVERSED, PRESENCE, ABSENCE, CLEAR = "tripwire", "reversed", "presence", "absence", "clear"
 KINDS = (TRIPWIRE, REVERSED, PRESENCE, ABSENCE, CLEAR)
@@ -62,20 +63,6 @@ def says_nothing(answer: str) -> str | None:
         return "the answer declines to answer"
     return None
 
-_CONTRACTIONS = {
-    "can't": "cannot", "won't": "will not", "shan't": "shall not", "isn't": "is not", "aren't": "are not",
-    "wasn't": "was not", "weren't": "were not", "doesn't": "does not", "don't": "do not", "didn't": "did not",
-    "hasn't": "has not", "haven't": "have not", "hadn't": "had not", "shouldn't": "should not",
-    "wouldn't": "would not", "couldn't": "could not", "mustn't": "must not", "needn't": "need not",
-}
-_CONTRACTION_RE = re.compile(r"\b(" + "|".join(re.escape(k) for k in _CONTRACTIONS) + r")\b", re.IGNORECASE)
-_EMPHASIS_RE = re.compile(r"(?<![\w*])(\*{1,3})(?=\S)(.+?)(?<=\S)\1(?![\w*])|(?<![\w])(_{1,2})(?=[^\s_])(.+?)(?<=[^\s_])\3(?!\w)")
-_FENCE_RE = re.compile(r"^(\s*)(```|~~~)\s*([\w+-]*)")
-_ALIAS_RE = re.compile(r"^\s*import\s+([\w.]+)\s+as\s+(\w+)\s*$|^\s*from\s+([\w.]+)\s+import\s+(\w+)\s+as\s+(\w+)\s*$", re.MULTILINE)
-_QUOTED_KEY_RE = re.compile(r"[\"']((?:\w+\.)+\w+)[\"']\s*:")
-_TABLE_ROW_RE = re.compile(r"^\s*\|\s*(?:cfg\.)?((?:\w+\.)*\w*_\w*|\w+\.\w+(?:\.\w+)*)\s*\|\s*([^|]{1,60}?)\s*\|")
-_BINDING_RE = re.compile(r"^\s*(\w+)\s*=\s*((?:cfg|config|c)(?:\.\w+)+)\s*$", re.MULTILINE)
-
 # A statement turned around: a negation, or a condition that makes an always-rule conditional.
 # "not None" names a value (Python's "is not None"), not a negation; "no need to X" denies X.
 NEGATION_RE = re.compile(r"\b(?<!-)(?:not(?!\s+None\b)|never|no longer|no need|cannot|neither|nor)\b(?!\s+only\b)|\bonly\s+(?:if|when|needed|required|matters|applies|trips|fires|triggers|bites|happens)\b", re.IGNORECASE)
@@ -97,92 +84,6 @@ NARROWED_AFTER_RE = re.compile(
 MYTH_RE = re.compile(r"\b(?:people|some|many|folks|others)\s+(?:often\s+|sometimes\s+)?(?:say|claim|think|believe|suggest|assume|expect)\b|\ba common (?:worry|misconception|myth|belief|claim)\b"
                      r"|\bit is (?:often|commonly|sometimes) (?:said|claimed|assumed)\b|\byou (?:may|might) have (?:read|heard)\b|\bcontrary to\b", re.IGNORECASE)
 _SENTENCE_END_RE = re.compile(r"[.!?](?:\s|$)|\n\s*\n")
-
-
-def _diff_lines(lines: list[str]) -> list[str]:
-    out, fence = [], None
-    for line in lines:
-        match = _FENCE_RE.match(line)
-        if match:
-            fence = None if fence is not None else match.group(3).lower()
-            out.append(line)
-            continue
-        if fence in ("diff", "patch") and not line.startswith(("+++", "---")):
-            if line.startswith("-"):
-                continue  # what the diff removes is not advice
-            if line.startswith("+"):
-                line = line[1:]
-        out.append(line)
-    return out
-
-
-def _yaml_paths(data, prefix: str = "") -> list[str]:
-    out = []
-    if isinstance(data, dict):
-        for key, value in data.items():
-            out += _yaml_paths(value, f"{prefix}{key}.")
-    elif prefix:
-        shown = repr(data) if isinstance(data, str) else str(data)
-        out.append(f"{prefix[:-1]} = {shown}")
-    return out
-
-
-def _flatten_config_blocks(lines: list[str]) -> list[str]:
-    """After a YAML block and after a Markdown table, the same settings as `a.b = value`
-    lines, so that an override written as nested YAML or as a field/value table reads like
-    the assignment it stands for."""
-    import yaml
-
-    out, block, fence = [], [], None
-    for line in lines:
-        match = _FENCE_RE.match(line)
-        if match and fence is None:
-            fence = match.group(3).lower()
-            block = []
-            out.append(line)
-            continue
-        if match and fence is not None:
-            out.append(line)
-            if fence in ("yaml", "yml"):
-                try:
-                    # an answer is data: a block with aliases could expand without bound, so it is left as text
-                    events = list(yaml.parse("\n".join(block), Loader=yaml.SafeLoader))
-                    data = None if any(isinstance(e, yaml.AliasEvent) for e in events) else yaml.safe_load("\n".join(block))
-                except yaml.YAMLError:
-                    data = None
-                out += _yaml_paths(data)
-            fence = None
-            continue
-        if fence is not None:
-            block.append(line)
-        row = None if fence is not None else _TABLE_ROW_RE.match(line.replace("`", ""))
-        out.append(line)
-        if row and not set(row.group(2)) <= set("-: "):
-            out.append(f"{row.group(1)} = {row.group(2).strip()}")
-    return out
-
-
-def normalise(answer: str) -> str:
-    text = answer.replace("\u2018", "'").replace("\u2019", "'").replace("\u201c", '"').replace("\u201d", '"')
-    text = "\n".join(_flatten_config_blocks(_diff_lines(text.split("\n"))))
-    text = _QUOTED_KEY_RE.sub(r"\1:", text)
-    text = re.sub(r"[ \t]*\\\n[ \t]*", " ", text)  # shell line continuations
-    text = _CONTRACTION_RE.sub(lambda m: _CONTRACTIONS[m.group(1).lower()], text)
-    for _ in range(2):  # nested emphasis: ***x*** or **_x_**
-        text = _EMPHASIS_RE.sub(lambda m: m.group(2) if m.group(2) is not None else m.group(4), text)
-    text = text.replace("`", "")
-    for match in _ALIAS_RE.finditer(text):
-        if match.group(1):
-            module, alias = match.group(1), match.group(2)
-            text = re.sub(rf"(?<![\w.]){re.escape(alias)}\.", module + ".", text)
-        else:
-            name, alias = match.group(4), match.group(5)
-            text = re.sub(rf"(?<![\w.]){re.escape(alias)}(?=[.(])", name, text)
-    for match in _BINDING_RE.finditer(text):
-        name, target = match.group(1), match.group(2)
-        if name not in ("cfg", "config"):
-            text = re.sub(rf"(?<![\w.]){re.escape(name)}\.(?=\w)", target + ".", text)
-    return text
 
 
 def _clause_start(text: str, position: int) -> int:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Awaitable, Callable
 
 from ..core import HarnessError, UsageError, defaults, write_atomic
+from ..execute import ExecutePool
 from ..load import DEV, HELD_OUT, TRAINING, Bundle, Case, Check, bundle_cases, bundle_files, changed_files, fingerprint, load_checks, load_skill, require_labels, resolve_bundle
 from ..providers import NoCache, ProviderError, Settings, Transport, open_cache, open_provider
 from ..run import RunStatus, load_run, run_status
@@ -76,6 +77,26 @@ def _with_judge(options: JudgeOptions, work: Callable[[Judge | None], Awaitable[
         cache.close()
 
 
+class _Executor:
+    """The execute grader's worker pool for one grading run, started only when some check
+    executes and some answer reaches it; `observe` is None when no check executes."""
+
+    def __init__(self, checks: dict[str, list[Check]]) -> None:
+        self.pool = ExecutePool() if any(c.grader == "execute" for found in checks.values() for c in found) else None
+
+    async def _observe(self, request: dict) -> dict:
+        assert self.pool is not None
+        return await asyncio.to_thread(self.pool.observe, request)
+
+    @property
+    def observe(self):
+        return self._observe if self.pool is not None else None
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.close()
+
+
 def _cases_and_checks(bundle: Bundle) -> tuple[list[Case], dict[str, list[Check]]]:
     cases = bundle_cases(bundle)
     return cases, load_checks(cases)  # a bad sidecar: LoadError, one line with file and line
@@ -136,7 +157,11 @@ def grade_run(run: Path, options: JudgeOptions, *, bundle: str | Path | None = N
         opened[1].close()
         raise HarnessError(status.line(run))
 
-    judge, grades = _with_judge(options, lambda judge: grade_records(records, by_key, names, checks, judge, jobs=options.jobs), opened)
+    executor = _Executor(checks)
+    try:
+        judge, grades = _with_judge(options, lambda judge: grade_records(records, by_key, names, checks, judge, jobs=options.jobs, observe=executor.observe), opened)
+    finally:
+        executor.close()
     warnings = []
     model = info["model"]
     if judge and judge.identity["provider"] == model["provider"] and judge.identity["model"] == model["model"]:
@@ -173,10 +198,15 @@ def calibrate_bundle(bundle: Bundle, options: JudgeOptions, *, answers: Path | N
     loaded = [load_skill(d) for d in bundle.skill_dirs()]
     skills = [s.name for s in loaded]
 
-    async def work(judge):
-        return [await calibrate(entries, skills, checks, judge, jobs=options.jobs) for _, _, entries in labelled]
+    executor = _Executor(checks)
 
-    judge, results = _with_judge(options, work)
+    async def work(judge):
+        return [await calibrate(entries, skills, checks, judge, jobs=options.jobs, observe=executor.observe) for _, _, entries in labelled]
+
+    try:
+        judge, results = _with_judge(options, work)
+    finally:
+        executor.close()
     out = [{"name": name, "path": str(path), **result} for (name, path, _), result in zip(labelled, results)]
     result = {"judge": judge.describe() if judge else None, "bundle_fingerprint": bundle_fingerprint(bundle, loaded, cases), "sets": out, "judge_errors": [e for r in out for e in r["judge_errors"]]}
     if judge and not result["judge_errors"]:

@@ -10,6 +10,11 @@ docs/grading.md quotes them.
   (a check of forbidden patterns only, none found) never passes on its own: it passes only
   where a presence in the same answer shows the answer says something, else it is ungraded.
 - the answer: one that says nothing (checks.says_nothing) fails every content behaviour.
+- field assertion (runner/grade/fields.py): field-set passes, field-other fails,
+  field-missing is weak, field-clear passes only beside a positive in the same answer.
+- execute (runner/grade/executed.py): execute-pass and execute-fail decide; ungraded is
+  ungraded. Field and execute graders were admitted on a fresh held-out round
+  (ADMIT_PRECISION on pass and on fail; docs/grading.md).
 - judge: NO decides; YES decides only with its quote found in the answer (else the verdict
   is `unsupported` and counts for nothing); a definite check fail outranks a judge YES.
 """
@@ -17,23 +22,40 @@ docs/grading.md quotes them.
 from __future__ import annotations
 
 from .checks import ABSENCE, CLEAR, PRESENCE, REVERSED, TRIPWIRE
+from .executed import EXEC_FAIL, EXEC_PASS, EXEC_UNGRADED
+from .fields import FIELD_CLEAR, FIELD_MISSING, FIELD_OTHER, FIELD_SET
 
-CHECK_DECIDES = {TRIPWIRE: True, REVERSED: True, PRESENCE: True, ABSENCE: False, CLEAR: False}
+CHECK_DECIDES = {
+    TRIPWIRE: True, REVERSED: True, PRESENCE: True, ABSENCE: False, CLEAR: False,
+    FIELD_SET: True, FIELD_OTHER: True, FIELD_MISSING: False, FIELD_CLEAR: False,
+    EXEC_PASS: True, EXEC_FAIL: True, EXEC_UNGRADED: False,
+}
+# What each kind says of the behaviour: True pass, False fail, None nothing.
+SAYS = {
+    TRIPWIRE: False, REVERSED: False, PRESENCE: True, ABSENCE: False, CLEAR: True,
+    FIELD_SET: True, FIELD_OTHER: False, FIELD_MISSING: None, FIELD_CLEAR: True,
+    EXEC_PASS: True, EXEC_FAIL: False, EXEC_UNGRADED: None,
+}
+POSITIVE = (PRESENCE, FIELD_SET, EXEC_PASS)  # a decided pass: the answer says something
+CLEARS = (CLEAR, FIELD_CLEAR)  # pass only beside a positive in the same answer
 # A kind that decides must have at least this precision on the held-out set.
 MIN_PRECISION = 0.9
+# The field and execute graders decide only with this precision on pass and on fail, on a
+# fresh held-out round they were not written against.
+ADMIT_PRECISION = 0.98
 DEFINITE_FAILS = (TRIPWIRE, REVERSED)
 
 
 def check_verdicts(kinds: list[str | None]) -> list[bool | None]:
-    """What the checks alone decide for one answer's content behaviours (a kind per
-    behaviour, None where it has no check): a clear passes only beside a presence."""
-    positive = PRESENCE in kinds
+    """What the graders alone decide for one answer's content behaviours (a kind per
+    behaviour, None where it has no grader): a clear passes only beside a positive."""
+    positive = any(kind in POSITIVE for kind in kinds)
     out: list[bool | None] = []
     for kind in kinds:
-        if kind == CLEAR:
+        if kind in CLEARS:
             out.append(True if positive else None)
         elif kind is not None and CHECK_DECIDES[kind]:
-            out.append(kind == PRESENCE)
+            out.append(bool(SAYS[kind]))
         else:
             out.append(None)
     return out

@@ -11,6 +11,9 @@ from typing import Callable
 from ..load import Case, Check
 from ..run import TRUNCATION_STOPS
 from .checks import run_check, says_nothing
+from .executed import Observe, run_execute
+from .extract import extract
+from .fields import run_fields
 from .judge import Judge, JudgeError
 from .policy import DEFINITE_FAILS, check_verdicts
 from .transcript import activations, grade_process, process_behaviour, routing_outcome, script_use
@@ -37,7 +40,25 @@ def _final(items: list[BehaviourGrade], nothing: str | None) -> None:
         elif item.judge is False or (item.judge and item.evidence_found):
             item.verdict, item.source = item.judge, "judge"
         elif by_checks[id(item)] is not None:
-            item.verdict, item.source = by_checks[id(item)], "check"
+            item.verdict, item.source = by_checks[id(item)], item.grader or "check"
+
+
+async def run_grader(check: Check, answer: str, facts, observe: Observe | None) -> tuple[bool | None, str, str]:
+    """(what it says, kind, why) of one behaviour's grader: patterns, field assertions, or
+    an execute scenario (ungraded without a worker to run it)."""
+    from .policy import SAYS
+
+    if check.grader == "field":
+        kind, why = run_fields(check.fields, facts)
+    elif check.grader == "execute":
+        if observe is None:
+            kind, why = "execute-ungraded", "no execute worker in this grading run"
+        else:
+            kind, why = await run_execute(check.execute, facts, observe)
+    else:
+        outcome = run_check(check, answer)
+        return outcome.passed, outcome.kind, outcome.why
+    return SAYS[kind], kind, why
 
 
 def _usage(record: dict) -> tuple[int | None, int | None]:
@@ -59,7 +80,7 @@ def _one_verdict(verdicts: list[bool | None]) -> bool | None:
     return True if verdicts and None not in verdicts else None
 
 
-async def grade_record(record: dict, case: Case, skill_names: list[str], checks: list[Check], judge: Judge | None) -> RecordGrade:
+async def grade_record(record: dict, case: Case, skill_names: list[str], checks: list[Check], judge: Judge | None, observe: Observe | None = None) -> RecordGrade:
     input_tokens, output_tokens = _usage(record)
     activated = activations(record)
     grade = RecordGrade(
@@ -91,6 +112,7 @@ async def grade_record(record: dict, case: Case, skill_names: list[str], checks:
     answer = record["answer"] or ""
     grade.says_nothing = says_nothing(answer)
     by_text = {c.behaviour: c for c in checks}
+    facts = extract(answer) if any(c.grader != "check" for c in checks) else None
     content: list[int] = []
     for index, behaviour in enumerate(case.behaviours):
         item = BehaviourGrade(index, behaviour.text, CONTENT)
@@ -102,8 +124,8 @@ async def grade_record(record: dict, case: Case, skill_names: list[str], checks:
             content.append(index)
             check = by_text.get(behaviour.text)
             if check is not None:
-                outcome = run_check(check, answer)
-                item.check, item.check_kind, item.check_why = outcome.passed, outcome.kind, outcome.why
+                item.check, item.check_kind, item.check_why = await run_grader(check, answer, facts, observe)
+                item.grader = check.grader
         grade.behaviours.append(item)
     if judge is not None and content:
         try:
@@ -138,13 +160,13 @@ async def grade_record(record: dict, case: Case, skill_names: list[str], checks:
 
 
 async def grade_records(
-    records: list[dict], cases: dict[str, Case], skill_names: list[str], checks: dict[str, list[Check]], judge: Judge | None, *, jobs: int = 8, on_done: Callable[[RecordGrade], None] | None = None
+    records: list[dict], cases: dict[str, Case], skill_names: list[str], checks: dict[str, list[Check]], judge: Judge | None, *, jobs: int = 8, on_done: Callable[[RecordGrade], None] | None = None, observe: Observe | None = None
 ) -> list[RecordGrade]:
     gate = asyncio.Semaphore(jobs)
 
     async def one(record: dict) -> RecordGrade:
         async with gate:
-            grade = await grade_record(record, cases[record["case"]], skill_names, checks.get(record["case"], []), judge)
+            grade = await grade_record(record, cases[record["case"]], skill_names, checks.get(record["case"], []), judge, observe)
         if on_done:
             on_done(grade)
         return grade

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-GRADE_FORMAT = 3
+GRADE_FORMAT = 3  # 3 with `grader` per behaviour (absent in older lines: read as None)
 # A record's grade status. Only GRADED, TURN_LIMIT and TRUNCATED records count in pass rates
 # (the last two as failures: the model gave no whole answer).
 GRADED, UNGRADED, TURN_LIMIT, TRUNCATED = "graded", "ungraded", "turn_limit", "truncated"
@@ -32,22 +32,23 @@ class BehaviourGrade:
     transcript: bool | None = None  # process behaviours: what the transcript shows
     transcript_why: str | None = None
     check: bool | None = None  # what the deterministic check says, where the case has one
-    check_kind: str | None = None  # presence | absence | tripwire | reversed (runner/grade/checks.py)
+    check_kind: str | None = None  # presence | absence | tripwire | reversed | clear; field-*; execute-* (runner/grade/policy.py)
     check_why: str | None = None
+    grader: str | None = None  # check (patterns) | field | execute: which deterministic grader spoke
     judge: bool | None = None  # what the judge said
     evidence: str | None = None  # the judge's quote
     evidence_found: bool | None = None  # whether that quote is in the answer
     unsupported: bool = False  # a judge YES whose quote does not support it: it counts for nothing
     evidence_problem: str | None = None  # why that quote does not support it
     verdict: bool | None = None  # the final verdict; None: ungraded
-    source: str | None = None  # transcript | judge | check | answer (it says nothing) | None
+    source: str | None = None  # transcript | judge | check | field | execute | answer (it says nothing) | None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "BehaviourGrade":
-        return cls(**{f.name: data[f.name] for f in fields(cls)})
+        return cls(**{f.name: data.get(f.name) for f in fields(cls)})
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,18 @@ them over an answer is grading (runner/grade/checks.py).
       - behaviour: "<exact text of one expected behaviour>"
         must: ['regex', ...]        # all must match (re.search, MULTILINE)
         must_not: ['regex', ...]    # none may match
+      - behaviour: "..."            # a field assertion over the facts the answer proposes
+        field: ddp.bucket_size      # a config path (section.field...) or env.NAME
+        equals: 134217728           # or not_equals: V, one_of: [V, ...], absent: true
+      - behaviour: "..."
+        fields: {ddp.overlap_grad_reduce: true, ddp.overlap_param_gather: true}  # each equals
+      - behaviour: "..."            # executed against the real Bridge (runner/execute/)
+        execute:
+          scenario: {world_size: 8, tp: 2, pp: 1, vpp: null, sp: false,
+                     set: {checkpoint.save: /ckpt}, env: {NAME: value}}
+          expect: {passes: true, raises: 'regex', fields: {path: value}, warns: 'regex'}
+
+An entry is one grader: patterns, field assertions, or an execute scenario, not a mix.
 
 A window `[^.\n]` ("within one sentence") does not stop at the dot inside an identifier
 such as `checkpoint.save`: it is compiled as "not a sentence end".
@@ -25,6 +37,7 @@ import re._constants as _sre
 import re._parser as _sre_parser
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ..core import Finding, LoadError
 from .cases import Case
@@ -37,10 +50,44 @@ WITHIN_SENTENCE = r"(?:[^.\n]|(?<=\w)\.(?=\w))"
 
 
 @dataclass(frozen=True)
+class FieldRule:
+    path: str
+    op: str  # equals | not_equals | one_of | absent
+    value: Any = None
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A starting config for the execute grader and what should come of the answer's."""
+
+    world_size: int = 8
+    tp: int = 1
+    pp: int = 1
+    vpp: int | None = None
+    sp: bool = False
+    set: tuple[tuple[str, Any], ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    passes: bool | None = None
+    raises: str | None = None
+    fields: tuple[tuple[str, Any], ...] = ()
+    warns: str | None = None
+
+    def request(self) -> dict:
+        return {"world_size": self.world_size, "tp": self.tp, "pp": self.pp, "vpp": self.vpp, "sp": self.sp, "set": [list(p) for p in self.set], "env": dict(self.env)}
+
+
+@dataclass(frozen=True)
 class Check:
     behaviour: str
-    must: tuple[re.Pattern, ...]
-    must_not: tuple[re.Pattern, ...]
+    must: tuple[re.Pattern, ...] = ()
+    must_not: tuple[re.Pattern, ...] = ()
+    fields: tuple[FieldRule, ...] = ()
+    execute: Scenario | None = None
+
+    @property
+    def grader(self) -> str:
+        """check (patterns) | field | execute"""
+        return "execute" if self.execute is not None else "field" if self.fields else "check"
 
 
 _ANCHORS = {_sre.AT_BEGINNING, _sre.AT_BEGINNING_STRING, _sre.AT_END, _sre.AT_END_STRING}
@@ -81,6 +128,87 @@ def sidecar_for(evals_path: Path) -> Path:
     return evals_path.with_name(f"{evals_path.stem}.checks.yaml")
 
 
+# A config path as a sidecar names it: a ConfigContainer section and its fields, or env.NAME.
+_PATH_RE = re.compile(r"^(?:env\.[A-Za-z_]\w*|[a-z_]\w*(?:\.[A-Za-z_]\w*)+)$")
+_FIELD_OPS = ("equals", "not_equals", "one_of", "absent")
+_SCENARIO_KEYS = {"world_size": int, "tp": int, "pp": int, "vpp": (int, type(None)), "sp": bool, "set": dict, "env": dict}
+_EXPECT_KEYS = ("passes", "raises", "fields", "warns")
+
+
+def _scalar_ok(value: Any) -> bool:
+    return value is None or isinstance(value, (bool, int, float, str))
+
+
+def _field_rules(entry: dict) -> tuple[tuple[FieldRule, ...] | None, str | None]:
+    """(rules, None) or (None, why) for an entry's `field`/`fields` assertions."""
+    if "fields" in entry:
+        table = entry["fields"]
+        if set(entry) - {"behaviour", "fields"} or not isinstance(table, dict) or not table:
+            return None, "'fields' maps config paths to the values they must equal, with nothing else beside it"
+        rules = []
+        for path, value in table.items():
+            if not isinstance(path, str) or not _PATH_RE.match(path) or not _scalar_ok(value):
+                return None, f"fields: {path!r} must be a config path (section.field or env.NAME) with a scalar value"
+            rules.append(FieldRule(path, "equals", value))
+        return tuple(rules), None
+    path = entry.get("field")
+    ops = [op for op in _FIELD_OPS if op in entry]
+    if set(entry) - {"behaviour", "field", *_FIELD_OPS} or len(ops) != 1:
+        return None, "'field' needs exactly one of equals, not_equals, one_of, absent: true"
+    if not isinstance(path, str) or not _PATH_RE.match(path):
+        return None, f"field: {path!r} is not a config path (section.field or env.NAME)"
+    op, value = ops[0], entry[ops[0]]
+    if op == "absent" and value is not True:
+        return None, "absent: the only value is true"
+    if op == "one_of" and not (isinstance(value, list) and value and all(_scalar_ok(v) for v in value)):
+        return None, "one_of: a list of scalar values"
+    if op in ("equals", "not_equals") and not _scalar_ok(value):
+        return None, f"{op}: a scalar value"
+    return (FieldRule(path, op, tuple(value) if op == "one_of" else None if op == "absent" else value),), None
+
+
+def _scenario(entry: dict) -> tuple[Scenario | None, str | None]:
+    spec = entry.get("execute")
+    if set(entry) - {"behaviour", "execute"} or not isinstance(spec, dict) or set(spec) - {"scenario", "expect"}:
+        return None, "'execute' holds 'scenario' and 'expect' only, with nothing else beside it"
+    scenario, expect = spec.get("scenario") or {}, spec.get("expect")
+    if not isinstance(scenario, dict):
+        return None, "execute.scenario: a mapping"
+    for key, value in scenario.items():
+        kind = _SCENARIO_KEYS.get(key)
+        if kind is None:
+            return None, f"execute.scenario: unknown key {key!r} (known: {', '.join(_SCENARIO_KEYS)})"
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            return None, f"execute.scenario.{key}: wrong type"
+    for path, value in (scenario.get("set") or {}).items():
+        if not isinstance(path, str) or not _PATH_RE.match(path) or path.startswith("env.") or not _scalar_ok(value):
+            return None, f"execute.scenario.set: {path!r} must be a config path with a scalar value"
+    if not all(isinstance(k, str) and isinstance(v, (str, int)) for k, v in (scenario.get("env") or {}).items()):
+        return None, "execute.scenario.env: names to string values"
+    if not isinstance(expect, dict) or not expect or set(expect) - set(_EXPECT_KEYS):
+        return None, f"execute.expect: one or more of {', '.join(_EXPECT_KEYS)}"
+    if "passes" in expect and expect["passes"] is not True:
+        return None, "execute.expect.passes: the only value is true (to expect a failure, give 'raises')"
+    if "passes" in expect and "raises" in expect:
+        return None, "execute.expect: 'passes' and 'raises' contradict each other"
+    for key in ("raises", "warns"):
+        if key in expect:
+            if not isinstance(expect[key], str) or not expect[key]:
+                return None, f"execute.expect.{key}: a regex"
+            try:
+                re.compile(expect[key])
+            except re.error as exc:
+                return None, f"execute.expect.{key}: {exc}"
+    table = expect.get("fields", {})
+    if not isinstance(table, dict) or not all(isinstance(p, str) and _PATH_RE.match(p) and not p.startswith("env.") and _scalar_ok(v) for p, v in table.items()):
+        return None, "execute.expect.fields: config paths to scalar values"
+    return Scenario(
+        world_size=scenario.get("world_size", 8), tp=scenario.get("tp", 1), pp=scenario.get("pp", 1), vpp=scenario.get("vpp"), sp=scenario.get("sp", False),
+        set=tuple((scenario.get("set") or {}).items()), env=tuple((k, str(v)) for k, v in (scenario.get("env") or {}).items()),
+        passes=expect.get("passes"), raises=expect.get("raises"), fields=tuple(table.items()), warns=expect.get("warns"),
+    ), None
+
+
 def read_checks(path: Path, cases: list[Case]) -> tuple[dict[str, list[Check]], list[Finding]]:
     """Checks by case key, and findings for anything that does not fit the cases."""
     findings: list[Finding] = []
@@ -95,6 +223,7 @@ def read_checks(path: Path, cases: list[Case]) -> tuple[dict[str, list[Check]], 
         return {}, [Finding(str(path), located.line(), "checks/schema", "top level must map case ids to lists of checks")]
     by_id = {str(c.id): c for c in cases}
     out: dict[str, list[Check]] = {}
+    seen: dict[str, set[str]] = {}
     for case_id, entries in data.items():
         case = by_id.get(str(case_id))
         if case is None:
@@ -106,14 +235,29 @@ def read_checks(path: Path, cases: list[Case]) -> tuple[dict[str, list[Check]], 
         texts = {b.text for b in case.behaviours}
         for index, entry in enumerate(entries):
             where = (case_id, index)
-            if not isinstance(entry, dict) or not isinstance(entry.get("behaviour"), str) or set(entry) - {"behaviour", "must", "must_not"}:
-                findings.append(Finding(str(path), located.line(where), "checks/schema", f"{case_id}[{index}]: needs 'behaviour' (text) and 'must' and/or 'must_not' (lists of regexes), nothing else"))
-                continue
-            if "must" not in entry and "must_not" not in entry:
-                findings.append(Finding(str(path), located.line(where), "checks/schema", f"{case_id}[{index}]: no pattern to check (give 'must' or 'must_not')"))
+            if not isinstance(entry, dict) or not isinstance(entry.get("behaviour"), str):
+                findings.append(Finding(str(path), located.line(where), "checks/schema", f"{case_id}[{index}]: needs 'behaviour' (text) and one grader: 'must'/'must_not', 'field'/'fields' or 'execute'"))
                 continue
             if entry["behaviour"].strip() not in texts:
                 findings.append(Finding(str(path), located.line(where + ("behaviour",)), "checks/unknown-behaviour", f"{case_id}: no expected behaviour reads {entry['behaviour']!r}"))
+                continue
+            if entry["behaviour"].strip() in seen.setdefault(case.key, set()):
+                findings.append(Finding(str(path), located.line(where), "checks/duplicate", f"{case_id}[{index}]: a second grader for {entry['behaviour']!r} (one per behaviour)"))
+                continue
+            seen[case.key].add(entry["behaviour"].strip())
+            if "field" in entry or "fields" in entry or "execute" in entry:
+                rules, why = (_field_rules(entry) if "execute" not in entry else (None, None))
+                scenario, why2 = (_scenario(entry) if "execute" in entry else (None, None))
+                if why or why2:
+                    findings.append(Finding(str(path), located.line(where), "checks/schema", f"{case_id}[{index}]: {why or why2}"))
+                    continue
+                out.setdefault(case.key, []).append(Check(entry["behaviour"].strip(), fields=rules or (), execute=scenario))
+                continue
+            if set(entry) - {"behaviour", "must", "must_not"}:
+                findings.append(Finding(str(path), located.line(where), "checks/schema", f"{case_id}[{index}]: needs 'behaviour' (text) and one grader: 'must'/'must_not', 'field'/'fields' or 'execute'"))
+                continue
+            if "must" not in entry and "must_not" not in entry:
+                findings.append(Finding(str(path), located.line(where), "checks/schema", f"{case_id}[{index}]: no pattern to check (give 'must' or 'must_not')"))
                 continue
             compiled: dict[str, list[re.Pattern]] = {"must": [], "must_not": []}
             for field in ("must", "must_not"):
