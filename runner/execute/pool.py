@@ -26,11 +26,11 @@ class ExecuteError(MbskillsError):
 
 
 class _Worker:
-    def __init__(self, memory_mb: int) -> None:
+    def __init__(self, memory_mb: int, command: list[str] | None = None) -> None:
         root = Path(__file__).resolve().parents[2]
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "runner.execute.worker", "--memory-mb", str(memory_mb)],
+            command or [sys.executable, "-m", "runner.execute.worker", "--memory-mb", str(memory_mb)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env, cwd=str(root),
         )
         self.lines: "queue.Queue[str | None]" = queue.Queue()
@@ -74,8 +74,9 @@ class ExecutePool:
     """`observe(request)` from any thread; requests are answered in order, one worker per
     slot, identical requests once."""
 
-    def __init__(self, workers: int = 1, *, timeout_s: float = REQUEST_TIMEOUT_S, import_timeout_s: float = IMPORT_TIMEOUT_S, memory_mb: int = MEMORY_MB) -> None:
-        self.size, self.timeout_s, self.import_timeout_s, self.memory_mb = max(1, workers), timeout_s, import_timeout_s, memory_mb
+    def __init__(self, workers: int = 1, *, timeout_s: float = REQUEST_TIMEOUT_S, import_timeout_s: float = IMPORT_TIMEOUT_S, memory_mb: int = MEMORY_MB, command: list[str] | None = None) -> None:
+        # `command`: another worker program speaking the same protocol (the tests' stand-ins)
+        self.size, self.timeout_s, self.import_timeout_s, self.memory_mb, self.command = max(1, workers), timeout_s, import_timeout_s, memory_mb, command
         self.idle: "queue.Queue[_Worker | None]" = queue.Queue()
         for _ in range(self.size):
             self.idle.put(None)  # a slot; its worker starts on first use
@@ -86,7 +87,7 @@ class ExecutePool:
 
     def _start(self) -> _Worker | dict:
         try:
-            worker = _Worker(self.memory_mb)
+            worker = _Worker(self.memory_mb, self.command)
         except OSError as error:
             raise ExecuteError(f"cannot start the execute worker: {error}") from None
         ready = worker.receive(self.import_timeout_s)

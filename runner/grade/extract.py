@@ -164,6 +164,7 @@ ALLOWED_IMPORT_ROOTS = frozenset({"megatron", "torch", "transformer_engine", "os
 # Calls that reach the system, whatever their arguments.
 REFUSED_CALLS = frozenset({"open", "exec", "eval", "compile", "__import__", "input", "breakpoint", "getattr", "setattr", "delattr", "globals", "locals", "vars", "importlib.import_module"})
 _OS_ALLOWED = ("os.environ", "os.getenv")
+_ROOT_NAMES = ("cfg", "config", "c", "config_container", "container")
 _PYTHON_FENCES = ("python", "py", "python3", "ipython", "diff", "patch")
 _SHELL_FENCES = ("bash", "sh", "shell", "console", "zsh", "text", "")
 _YAML_FENCES = ("yaml", "yml")
@@ -326,7 +327,7 @@ class _Python:
         bound = self.values.get(head)
         if isinstance(bound, Call) and CONSTRUCTORS.get(bound.short):
             return ".".join([CONSTRUCTORS[bound.short]] + rest)
-        if rest[0] in SECTIONS and len(rest) > 1 or (head in self.roots and rest[0] in SECTIONS):
+        if rest[0] in SECTIONS and (len(rest) > 1 or head in self.roots or head in _ROOT_NAMES):
             return ".".join(rest)
         if head in SECTIONS:
             return ".".join(chain)
@@ -418,6 +419,9 @@ class _Python:
 
 def _python(out: Extraction, code: str, offset: int) -> bool:
     """Facts of one Python block starting after line `offset`; False when it does not parse."""
+    import textwrap
+
+    code = textwrap.dedent(code)  # "+ cfg.x = 1" in a diff keeps the space after the +
     try:
         tree = ast.parse(code)
     except (SyntaxError, ValueError, RecursionError, MemoryError) as error:
@@ -439,7 +443,7 @@ def _scalar(text: str) -> Any:
     import yaml
 
     text = text.strip().strip("`").strip()
-    if not text or not _SCALAR_RE.match(text):
+    if not text or not (_SCALAR_RE.match(text) or re.fullmatch(r"[^\s()\[\]{}*&!|>%@`]+", text)):
         return Opaque(text[:200])
     if text in ("True", "False", "None"):
         return {"True": True, "False": False, "None": None}[text]
@@ -494,7 +498,7 @@ def _yaml_block(out: Extraction, code: str, offset: int) -> None:
                 prefix = prefix[1:]
             path = _config_path(".".join(prefix)) if prefix else None
             if path:
-                value = _scalar(node.value) if node.style is None else node.value
+                value = _scalar(node.value) if node.style is None else node.value  # a quoted scalar is a string
                 out.facts.append(Fact(path, value, offset + node.start_mark.line + 1, "yaml"))
 
     walk(root, [])
@@ -505,6 +509,11 @@ _ENV_RE = re.compile(r"(?:^|[\s;&(])(?:export\s+)?([A-Z][A-Z0-9_]{2,})=(\"[^\"\n
 _PROSE_RE = re.compile(
     r"(?<![\w.])((?:(?:cfg|config)\.)?[a-z_]\w*(?:\.\w+)*)\s*(?:=|==|:=)\s*"
     r"(\"[^\"\n]*\"|'[^'\n]*'|-?\d[\d_,]*(?:\.\d+)?(?:\s*(?:\*\*?|<<)\s*\d[\d_]*)*|[A-Za-z_]\w*(?:\.\w+)*(?:\([^()\n]{0,300}\))?)"
+)
+# "path: value" in prose only where the value ends the clause ("- `ddp.bucket_size`: 134217728").
+_COLON_RE = re.compile(
+    r"(?<![\w.])((?:(?:cfg|config)\.)?[a-z_]\w*(?:\.\w+)+)\s*:\s+"
+    r"(\"[^\"\n]*\"|'[^'\n]*'|True|False|None|true|false|null|-?\d[\d_,]*(?:\.\d+)?|[a-z_]\w*)(?=\s*(?:$|[,;)]|\.(?:\s|$)))"
 )
 _SET_TO_RE = re.compile(
     r"\bset(?:s|ting)?\s+((?:(?:cfg|config)\.)?[a-z_]\w*(?:\.\w+)*)\s+(?:to|=)\s+"
@@ -534,7 +543,7 @@ def _line_of(text: str, position: int) -> int:
 def _prose(out: Extraction, text: str, offset: int, source: str = "prose") -> None:
     """Assignments written in a line of text (inline code included, backticks dropped)."""
     seen: set[int] = set()
-    for regex in (_SET_TO_RE, _HYDRA_RE, _PROSE_RE):
+    for regex in (_SET_TO_RE, _HYDRA_RE, _PROSE_RE, _COLON_RE):
         for match in regex.finditer(text):
             if any(p in seen for p in range(match.start(1), match.end(1))):
                 continue

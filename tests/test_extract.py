@@ -1,0 +1,143 @@
+"""The extractor reads an answer as the config it proposes: the same config written as
+Python, YAML, Hydra overrides or a table gives the same facts; denied statements propose
+nothing; nothing is ever run; and field assertions decide on those facts."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from runner.grade.extract import SECTIONS, Call, Name, Opaque, extract
+from runner.grade.fields import FIELD_CLEAR, FIELD_MISSING, FIELD_OTHER, FIELD_SET, run_fields, same
+from runner.load import FieldRule
+
+SAME_CONFIG = {
+    "python": '```python\ncfg.ddp.use_megatron_fsdp = True\ncfg.ddp.data_parallel_sharding_strategy = "optim_grads_params"\ncfg.checkpoint.ckpt_format = "fsdp_dtensor"\ncfg.ddp.bucket_size = 128 * 1024 * 1024\n```\n',
+    "yaml": "```yaml\nddp:\n  use_megatron_fsdp: true\n  data_parallel_sharding_strategy: optim_grads_params\n  bucket_size: 134217728\ncheckpoint:\n  ckpt_format: fsdp_dtensor\n```\n",
+    "hydra": "```bash\ntorchrun --nproc-per-node 8 pretrain.py \\\n  ddp.use_megatron_fsdp=true ddp.data_parallel_sharding_strategy=optim_grads_params \\\n  checkpoint.ckpt_format=fsdp_dtensor ddp.bucket_size=134217728\n```\n",
+    "table": "| field | value |\n| --- | --- |\n| `cfg.ddp.use_megatron_fsdp` | `True` |\n| `ddp.data_parallel_sharding_strategy` | `\"optim_grads_params\"` |\n| `checkpoint.ckpt_format` | `fsdp_dtensor` |\n| `ddp.bucket_size` | `134217728` |\n",
+    "prose": "Set `cfg.ddp.use_megatron_fsdp = True`, set ddp.data_parallel_sharding_strategy to \"optim_grads_params\", use `checkpoint.ckpt_format=\"fsdp_dtensor\"` and `ddp.bucket_size = 134_217_728`.\n",
+    "constructor": "```python\nfrom megatron.core.distributed import DistributedDataParallelConfig\ncfg = ConfigContainer(\n    ddp=DistributedDataParallelConfig(use_megatron_fsdp=True, data_parallel_sharding_strategy='optim_grads_params', bucket_size=2**27),\n    checkpoint=CheckpointConfig(ckpt_format='fsdp_dtensor'),\n)\n```\n",
+}
+EXPECTED = {"ddp.use_megatron_fsdp": True, "ddp.data_parallel_sharding_strategy": "optim_grads_params", "checkpoint.ckpt_format": "fsdp_dtensor", "ddp.bucket_size": 134217728}
+
+
+@pytest.mark.parametrize("form", sorted(SAME_CONFIG))
+def test_every_form_of_the_same_config_gives_the_same_facts(form):
+    facts = extract(SAME_CONFIG[form])
+    assert not facts.problems
+    for path, value in EXPECTED.items():
+        found = facts.about(path)
+        assert found, f"{form}: {path} not found in {facts.facts}"
+        assert same(value, found[-1].value), f"{form}: {path} = {found[-1].value!r}"
+
+
+def test_facts_carry_their_line_and_source():
+    answer = "Intro line.\n\n```yaml\nddp:\n  use_megatron_fsdp: true\n```\n"
+    (fact,) = extract(answer).facts
+    assert (fact.path, fact.value, fact.line, fact.source) == ("ddp.use_megatron_fsdp", True, 5, "yaml")
+
+
+def test_a_syntax_error_is_named_with_its_line():
+    answer = "Fix:\n\n```python\ncfg.ddp.use_megatron_fsdp = True\ncfg.checkpoint.ckpt_format = (\n```\n"
+    facts = extract(answer)
+    assert [(p.kind, p.line) for p in facts.problems] == [("syntax", 5)]
+    assert not facts.about("ddp.use_megatron_fsdp")  # nothing from a block that does not parse
+
+
+@pytest.mark.parametrize(
+    "code, why, line",
+    [
+        ('import os\nos.system("touch /tmp/x")', "calls os.system", 5),
+        ('with open("/tmp/x", "w") as f:\n    f.write("1")', "calls open", 4),
+        ("import subprocess\nsubprocess.run(['id'])", "imports subprocess", 4),
+        ("cfg.__class__.__init__ = None", "touches __", 4),
+        ('eval("1")', "calls eval", 4),
+    ],
+)
+def test_code_that_reaches_the_system_is_refused_with_its_line(code, why, line):
+    answer = "Try:\n```python\ncfg.ddp.use_megatron_fsdp = True\n" + code + "\n```\n"
+    problems = extract(answer).problems
+    assert problems and problems[0].kind == "refused" and problems[0].line == line
+    assert why in problems[0].text
+
+
+def test_bindings_are_followed():
+    answer = "```python\nimport torch\nfrom megatron.bridge.training.comm_overlap import CommOverlapConfig\ncfg = llama3_8b_pretrain_config()\nddp = cfg.ddp\nddp.overlap_grad_reduce = True\noverlap = CommOverlapConfig(tp_comm_overlap=True, tp_comm_bootstrap_backend='nccl')\ncfg.comm_overlap = overlap\ncfg.model.params_dtype = torch.bfloat16\nos.environ['CUDA_DEVICE_MAX_CONNECTIONS'] = '1'\ncfg.train.global_batch_size = gbs\n```\n"
+    facts = extract(answer)
+    assert facts.about("ddp.overlap_grad_reduce")[-1].value is True
+    assert facts.about("comm_overlap")[-1].value == Call("CommOverlapConfig", (("tp_comm_overlap", True), ("tp_comm_bootstrap_backend", "nccl")))
+    assert facts.about("comm_overlap.tp_comm_overlap")[-1].derived
+    assert facts.about("model.params_dtype")[-1].value == Name("torch.bfloat16")
+    assert facts.about("env.CUDA_DEVICE_MAX_CONNECTIONS")[-1].value == "1"
+    assert isinstance(facts.about("train.global_batch_size")[-1].value, Opaque)
+
+
+def test_a_diff_proposes_its_added_lines_only():
+    answer = '```diff\n- cfg.checkpoint.ckpt_format = "torch_dist"\n+ cfg.checkpoint.ckpt_format = "fsdp_dtensor"\n```\n'
+    assert [f.value for f in extract(answer).about("checkpoint.ckpt_format")] == ["fsdp_dtensor"]
+
+
+@pytest.mark.parametrize(
+    "sentence",
+    [
+        'Do not set `checkpoint.ckpt_format = "torch_dist"`.',
+        'The default `checkpoint.ckpt_format = "torch_dist"` fails validation once save is set.',
+        'Use fsdp_dtensor instead of `checkpoint.ckpt_format = "torch_dist"`.',
+    ],
+)
+def test_denied_prose_proposes_nothing(sentence):
+    facts = extract(sentence)
+    assert facts.facts and all(f.negated for f in facts.facts)
+    assert run_fields((FieldRule("checkpoint.ckpt_format", "equals", "torch_dist"),), facts)[0] == FIELD_MISSING
+
+
+def test_the_last_proposed_value_counts():
+    facts = extract("First `ddp.bucket_size = 1000`.\n\n```python\ncfg.ddp.bucket_size = 134217728\n```\n")
+    assert run_fields((FieldRule("ddp.bucket_size", "equals", 134217728),), facts)[0] == FIELD_SET
+
+
+@pytest.mark.parametrize(
+    "rule, answer, kind",
+    [
+        (FieldRule("ddp.use_megatron_fsdp", "equals", True), "`cfg.ddp.use_megatron_fsdp = True`", FIELD_SET),
+        (FieldRule("ddp.use_megatron_fsdp", "equals", True), "`cfg.ddp.use_megatron_fsdp = False`", FIELD_OTHER),
+        (FieldRule("ddp.use_megatron_fsdp", "equals", True), "Turn on Megatron FSDP.", FIELD_MISSING),
+        (FieldRule("ddp.use_megatron_fsdp", "equals", True), "`use_megatron_fsdp=True`", FIELD_SET),  # a bare field
+        (FieldRule("dist.use_torch_fsdp2", "not_equals", True), "`cfg.dist.use_torch_fsdp2 = True`", FIELD_OTHER),
+        (FieldRule("dist.use_torch_fsdp2", "not_equals", True), "`cfg.ddp.use_megatron_fsdp = True`", FIELD_CLEAR),
+        (FieldRule("dist.use_torch_fsdp2", "absent", None), "`cfg.dist.use_torch_fsdp2 = False`", FIELD_OTHER),
+        (FieldRule("model.moe_token_dispatcher_type", "one_of", ("alltoall", "flex")), "model.moe_token_dispatcher_type: flex", FIELD_SET),
+        (FieldRule("model.moe_token_dispatcher_type", "one_of", ("alltoall", "flex")), "`model.moe_token_dispatcher_type = 'allgather'`", FIELD_OTHER),
+        (FieldRule("train.global_batch_size", "equals", 64), "```python\ncfg.train.global_batch_size = gbs\n```", FIELD_MISSING),
+    ],
+)
+def test_field_assertions(rule, answer, kind):
+    assert run_fields((rule,), extract(answer))[0] == kind
+
+
+def test_one_failing_path_fails_a_fields_table():
+    rules = (FieldRule("ddp.overlap_grad_reduce", "equals", True), FieldRule("ddp.overlap_param_gather", "equals", True))
+    assert run_fields(rules, extract("`ddp.overlap_grad_reduce = True`, `ddp.overlap_param_gather = False`"))[0] == FIELD_OTHER
+    assert run_fields(rules, extract("`ddp.overlap_grad_reduce = True`"))[0] == FIELD_MISSING
+
+
+@pytest.mark.parametrize("expected, got, result", [(True, "true", True), (True, "True", True), (1, "1", True), (True, 1, False), (134217728, 134217728.0, True), ("fsdp_dtensor", "fsdp_dtensor", True), ("torch.bfloat16", Name("torch.bfloat16"), True), (None, "null", True), ("x", Opaque("x"), False)])
+def test_values_compare_across_forms(expected, got, result):
+    assert same(expected, got) is result
+
+
+def test_a_yaml_alias_bomb_is_left_as_text():
+    bomb = "```yaml\na: &a [x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]\nc: [*b, *b, *b, *b, *b, *b, *b, *b, *b]\nddp:\n  use_megatron_fsdp: true\n```\n"
+    assert extract(bomb).facts == []
+
+
+def test_the_sections_are_those_of_the_installed_config_container():
+    from runner.claims import install_te_placeholders, quiet
+
+    install_te_placeholders()
+    with quiet(stderr=True):
+        from megatron.bridge.training.config import ConfigContainer
+    installed = {f.name for f in dataclasses.fields(ConfigContainer) if not f.name.startswith("_")}
+    assert installed == set(SECTIONS)
