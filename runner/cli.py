@@ -242,9 +242,15 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from .grade import calibrate_bundle, calibration_lines
 
-    result = calibrate_bundle(_bundle(args), _judge_options(args), answers=Path(args.answers) if args.answers else None)
+    if args.admit and args.answers:
+        raise UsageError("--admit measures the round BUNDLE/evals/rounds/ROUND; it takes no --answers")
+    result = calibrate_bundle(_bundle(args), _judge_options(args), answers=Path(args.answers) if args.answers else None, admit=args.admit, all_graders=args.all_graders or bool(args.answers))
     for line in calibration_lines(result):
         print(line)
+    if result.get("admission"):
+        admission = result["admission"]
+        kinds = ", ".join(f"{kind} {'admitted' if ok else 'not admitted'}" for kind, ok in admission["kinds"].items())
+        say(f"round {admission['round']}: {kinds}; {admission['admitted']} graders admitted, {admission['not_admitted']} not ({admission['path']})")
     for error in result["judge_errors"]:
         say(f"judge error: {error}")
     if args.out:
@@ -507,9 +513,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="measure the judge and the deterministic checks against hand-labelled answers",
         description="Exit 0 done, 1 kappa under --min-kappa, 2 unusable input, 3 the judge failed.",
     )
-    p.add_argument("--answers", help="labelled answers folder (default: BUNDLE/evals/calibration)")
+    p.add_argument("--answers", help="a folder of labelled answers to measure every written grader on, admitted or not (default: the held-out set and rounds, then dev and training, with the graders that decide)")
     p.add_argument("--out", help="also write the full result as JSON here")
     p.add_argument("--min-kappa", type=float, help="gate: Cohen's kappa of the judge (or of the checks without a judge) below this fails")
+    p.add_argument("--admit", metavar="ROUND", help="measure every field and execute grader once on the fresh held-out round BUNDLE/evals/rounds/ROUND and admit the kinds that meet the bar (precision 98%% on pass and on fail) in BUNDLE/evals/admissions.yaml; a round already measured is refused")
+    p.add_argument("--all-graders", action="store_true", help="on the default sets too, measure every written grader, admitted or not (never admits anything)")
     p.set_defaults(func=cmd_calibrate)
 
     p = sub.add_parser(

@@ -112,6 +112,7 @@ def write(path: Path, text: str) -> Path:
 
 
 CASE = next(c for c in CASES if c.id == "fsdp-minimal-override")
+B = "Sets cfg.ddp.use_megatron_fsdp = True."
 
 
 @pytest.mark.parametrize(
@@ -126,6 +127,19 @@ CASE = next(c for c in CASES if c.id == "fsdp-minimal-override")
         ("fsdp-minimal-override: 3\n", "checks/schema", 1),
         ("- a\n", "checks/schema", 1),
         ("fsdp-minimal-override: [\n", "yaml/syntax", 2),
+        # field assertions and execute scenarios
+        (f"fsdp-minimal-override:\n  - behaviour: {B}\n    field: ddp.use_megatron_fsdp\n", "checks/schema", 2),
+        (f"fsdp-minimal-override:\n  - behaviour: {B}\n    field: ddp.use_megatron_fsdp\n    equals: true\n    absent: true\n", "checks/schema", 2),
+        (f"fsdp-minimal-override:\n  - behaviour: {B}\n    field: 'cfg ddp'\n    equals: true\n", "checks/schema", 2),
+        (f"fsdp-minimal-override:\n  - behaviour: {B}\n    field: ddp.use_megatron_fsdp\n    equals: [1, 2]\n", "checks/schema", 2),
+        (f"fsdp-minimal-override:\n  - behaviour: {B}\n    field: ddp.use_megatron_fsdp\n    equals: true\n    must: [a]\n", "checks/schema", 2),
+        (f"fsdp-minimal-override:\n  - behaviour: {B}\n    fields: {{}}\n", "checks/schema", 2),
+        (f"fsdp-minimal-override:\n  - behaviour: {B}\n    execute: {{scenario: {{gpus: 8}}, expect: {{passes: true}}}}\n", "checks/schema", 2),
+        (f"fsdp-minimal-override:\n  - behaviour: {B}\n    execute: {{expect: {{passes: false}}}}\n", "checks/schema", 2),
+        (f"fsdp-minimal-override:\n  - behaviour: {B}\n    execute: {{expect: {{passes: true, raises: x}}}}\n", "checks/schema", 2),
+        (f"fsdp-minimal-override:\n  - behaviour: {B}\n    execute: {{expect: {{raises: '(unclosed'}}}}\n", "checks/schema", 2),
+        (f"fsdp-minimal-override:\n  - behaviour: {B}\n    execute: {{scenario: {{set: {{env.X: 1}}}}, expect: {{passes: true}}}}\n", "checks/schema", 2),
+        (f"fsdp-minimal-override:\n  - behaviour: {B}\n    must: [a]\n  - behaviour: {B}\n    field: ddp.use_megatron_fsdp\n    equals: true\n", "checks/duplicate", 4),
     ],
 )
 def test_bad_sidecars_are_findings_with_lines(tmp_path, text, rule, line):

@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Awaitable, Callable
 
-from ..core import HarnessError, UsageError, defaults, write_atomic
+from ..core import HarnessError, LoadError, UsageError, defaults, write_atomic
 from ..execute import ExecutePool
-from ..load import DEV, HELD_OUT, TRAINING, Bundle, Case, Check, bundle_cases, bundle_files, changed_files, fingerprint, load_checks, load_skill, require_labels, resolve_bundle
+from ..load import DEV, HELD_OUT, ROUNDS, TRAINING, Bundle, Case, Check, bundle_cases, bundle_files, changed_files, fingerprint, load_admissions, load_checks, load_skill, require_labels, resolve_bundle
 from ..providers import NoCache, ProviderError, Settings, Transport, open_cache, open_provider
 from ..run import RunStatus, load_run, run_status
 from .calibrate import calibrate
@@ -97,9 +97,19 @@ class _Executor:
             self.pool.close()
 
 
-def _cases_and_checks(bundle: Bundle) -> tuple[list[Case], dict[str, list[Check]]]:
+def _cases_and_checks(bundle: Bundle, *, all_graders: bool = False) -> tuple[list[Case], dict[str, list[Check]]]:
+    """The cases and the graders that decide: pattern checks from checks.yaml, and field
+    and execute graders only where a fresh held-out round admitted them (all of them with
+    `all_graders`, to measure them)."""
     cases = bundle_cases(bundle)
-    return cases, load_checks(cases)  # a bad sidecar: LoadError, one line with file and line
+    checks = load_checks(cases)  # a bad sidecar: LoadError, one line with file and line
+    if all_graders:
+        return cases, checks
+    try:
+        admitted = load_admissions(bundle.evals_dir).admitted
+    except LoadError as error:
+        raise UsageError(error.one_line()) from None
+    return cases, {key: [c for c in found if c.grader == "check" or c.fingerprint(key) in admitted] for key, found in checks.items()}
 
 
 @dataclass
@@ -183,21 +193,37 @@ def _needs_judge(cases: list[Case], skill_names: list[str], checks: dict[str, li
     return out
 
 
-def calibrate_bundle(bundle: Bundle, options: JudgeOptions, *, answers: Path | None = None) -> dict[str, Any]:
-    """Grade labelled answers with the checks and the judge and score both against the
-    labels: `answers` alone, else the held-out set (BUNDLE/evals/heldout) first, then the
-    tuning sets (BUNDLE/evals/dev, BUNDLE/evals/calibration)."""
-    cases, checks = _cases_and_checks(bundle)
-    if answers is not None:
+def calibrate_bundle(bundle: Bundle, options: JudgeOptions, *, answers: Path | None = None, admit: str | None = None, all_graders: bool = False) -> dict[str, Any]:
+    """Grade labelled answers with the graders that decide (every written one with
+    `all_graders`) and the judge, and score them against the labels: `answers` alone, else
+    the held-out set (BUNDLE/evals/heldout) and the fresh rounds (BUNDLE/evals/rounds/*)
+    first, then the tuning sets (BUNDLE/evals/dev, BUNDLE/evals/calibration). With `admit`,
+    the one round BUNDLE/evals/rounds/ADMIT measures every field and execute grader once and
+    admits those of each kind that met the bar there (runner/load/admissions.py)."""
+    admissions = None
+    if admit is not None:
+        try:
+            admissions = load_admissions(bundle.evals_dir)
+        except LoadError as error:
+            raise UsageError(error.one_line()) from None
+        if admit in admissions.rounds:
+            raise UsageError(f"{admissions.path}: round {admit!r} was measured on {admissions.rounds[admit].get('measured', '?')}; a round is measured once: write a fresh one")
+        all_graders = True
+    cases, checks = _cases_and_checks(bundle, all_graders=all_graders)
+    if admit is not None:
+        sets = [(f"round {admit}", bundle.evals_dir / ROUNDS / admit)]
+    elif answers is not None:
         sets = [("answers", answers)]
     else:
-        sets = [(name, bundle.evals_dir / folder) for name, folder in (("held-out", HELD_OUT), ("dev", DEV), ("training", TRAINING)) if (bundle.evals_dir / folder).is_dir()]
+        rounds = sorted(p for p in (bundle.evals_dir / ROUNDS).glob("*") if p.is_dir()) if (bundle.evals_dir / ROUNDS).is_dir() else []
+        sets = [(name, bundle.evals_dir / folder) for name, folder in (("held-out", HELD_OUT),) if (bundle.evals_dir / folder).is_dir()]
+        sets += [(f"round {p.name}", p) for p in rounds]
+        sets += [(name, bundle.evals_dir / folder) for name, folder in (("dev", DEV), ("training", TRAINING)) if (bundle.evals_dir / folder).is_dir()]
         if not sets:
             raise UsageError(f"{bundle.evals_dir}: no {HELD_OUT}/ or {TRAINING}/ folder of labelled answers; pass --answers DIR")
     labelled = [(name, path, require_labels(path, cases)) for name, path in sets]
     loaded = [load_skill(d) for d in bundle.skill_dirs()]
     skills = [s.name for s in loaded]
-
     executor = _Executor(checks)
 
     async def work(judge):
@@ -209,9 +235,38 @@ def calibrate_bundle(bundle: Bundle, options: JudgeOptions, *, answers: Path | N
         executor.close()
     out = [{"name": name, "path": str(path), **result} for (name, path, _), result in zip(labelled, results)]
     result = {"judge": judge.describe() if judge else None, "bundle_fingerprint": bundle_fingerprint(bundle, loaded, cases), "sets": out, "judge_errors": [e for r in out for e in r["judge_errors"]]}
+    if admissions is not None:
+        result["admission"] = _admit(admissions, admit, bundle, labelled[0][2], checks, out[0])
     if judge and not result["judge_errors"]:
         store_calibration(result)  # what a gate over this judge's verdicts will ask for
     return result
+
+
+def _admit(admissions, name: str, bundle: Bundle, labelled: list, checks: dict[str, list[Check]], measured: dict) -> dict:
+    """Record a round's measurement: every field and execute grader of a case the round
+    answers is measured; those of a kind that met the bar on pass and on fail are admitted."""
+    import datetime
+
+    import yaml
+
+    answered = {entry.case.key for entry in labelled}
+    graders = [(key, c) for key, found in checks.items() if key in answered for c in found if c.grader in ("field", "execute")]
+    kinds_ok = {grader: figures["admissible"] for grader, figures in measured["graders"].items() if grader in ("field", "execute")}
+    admitted = sorted(c.fingerprint(key) for key, c in graders if kinds_ok.get(c.grader))
+    refused = sorted(c.fingerprint(key) for key, c in graders if not kinds_ok.get(c.grader))
+    figures = {grader: {k: measured["graders"][grader][k] for k in ("items", "decided", "passes", "pass_precision", "fails", "fail_precision", "admissible")} for grader in ("field", "execute")}
+    entry = {
+        "answers": (bundle.evals_dir / ROUNDS / name).relative_to(bundle.root).as_posix(),
+        "measured": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "figures": figures,
+        "admitted": admitted,
+        "not_admitted": refused,
+    }
+    rounds = dict(admissions.rounds)
+    rounds[name] = entry
+    text = "# Written by `mbskills calibrate --admit ROUND` (runner/load/admissions.py); a round is measured once.\n" + yaml.safe_dump({"rounds": rounds}, sort_keys=False, width=120)
+    write_atomic(admissions.path, text)
+    return {"round": name, "admitted": len(admitted), "not_admitted": len(refused), "kinds": kinds_ok, "path": str(admissions.path)}
 
 
 # -- how far a judge may be trusted -------------------------------------------------------

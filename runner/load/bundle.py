@@ -71,7 +71,8 @@ def select_cases(cases: list[Case], *, skills: list[str] | None = None, pattern:
 def bundle_files(root: Path, skills: list[Skill], cases: list[Case]) -> dict[str, str]:
     """sha256 of every file that decides a run or its grades, by path under `root`: each
     skill's files but evals/ and checks/ (SKILL.md, references, scripts: what a model can see), and the
-    evals files holding `cases` with their checks sidecars (what grades the answers)."""
+    evals files holding `cases` with their checks sidecars and the admissions of their
+    graders (what grades the answers)."""
     from .checks import sidecar_for
 
     def name(path: Path) -> str:
@@ -86,6 +87,9 @@ def bundle_files(root: Path, skills: list[Skill], cases: list[Case]) -> dict[str
         paths += [p for p in skill.root.rglob("*") if p.is_file() and "__pycache__" not in p.parts and p.relative_to(skill.root).parts[0] not in PRIVATE_DIRS]
     for source in {c.source for c in cases}:
         paths += [source] + [s for s in (sidecar_for(source),) if s.is_file()]
+    admissions = root / "evals" / "admissions.yaml"  # which field and execute graders decide
+    if admissions.is_file():
+        paths.append(admissions)
     return {name(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(paths)}
 
 

@@ -89,6 +89,16 @@ class Check:
         """check (patterns) | field | execute"""
         return "execute" if self.execute is not None else "field" if self.fields else "check"
 
+    def fingerprint(self, case_key: str) -> str:
+        """Of the case, the behaviour and the whole specification: an edited grader is a new one."""
+        import dataclasses
+        import hashlib
+        import json
+
+        spec = {"case": case_key, "behaviour": self.behaviour, "grader": self.grader, "must": [p.pattern for p in self.must], "must_not": [p.pattern for p in self.must_not],
+                "fields": [dataclasses.asdict(r) for r in self.fields], "execute": dataclasses.asdict(self.execute) if self.execute else None}
+        return hashlib.sha256(json.dumps(spec, sort_keys=True, default=list).encode()).hexdigest()[:16]
+
 
 _ANCHORS = {_sre.AT_BEGINNING, _sre.AT_BEGINNING_STRING, _sre.AT_END, _sre.AT_END_STRING}
 

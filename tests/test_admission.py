@@ -1,0 +1,101 @@
+"""Admission by fresh evidence: a field or execute grader decides only after `mbskills
+calibrate --admit ROUND` measured it on a held-out round and its kind met the bar on pass
+and on fail; a round is measured once; a grader edited afterwards is a new grader."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from runner.grade.grading import _cases_and_checks
+from runner.load import load_admissions, resolve_bundle
+
+REPO = Path(__file__).resolve().parents[1]
+SETS = "Sets cfg.widget.enabled = True."
+
+CHECKS = f"""\
+demo-1:
+  - behaviour: "{SETS}"
+    field: checkpoint.ckpt_format
+    equals: fsdp_dtensor
+demo-2:
+  - behaviour: "{SETS}"
+    execute:
+      scenario: {{set: {{ddp.use_megatron_fsdp: true, checkpoint.save: /ckpt}}}}
+      expect: {{passes: true, fields: {{checkpoint.ckpt_format: fsdp_dtensor}}}}
+"""
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "runner.cli", *args], capture_output=True, text=True, cwd=REPO)
+
+
+def answer(folder: Path, name: str, body: str, fails: list[str]) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    front = yaml.safe_dump({"fails": fails, "correct": not fails, "style": "test"})
+    (folder / name).write_text(f"---\n{front}---\n{body}\n")
+
+
+def make_round(bundle: Path, name: str, *, mislabel: bool = False) -> Path:
+    folder = bundle / "evals" / "rounds" / name / "demo-skill"
+    for case in ("demo-1", "demo-2"):
+        answer(folder, f"{case}.held-1.md", 'Use `cfg.checkpoint.ckpt_format = "fsdp_dtensor"`.', [SETS] if mislabel else [])
+        answer(folder, f"{case}.held-2.md", "```yaml\ncheckpoint:\n  ckpt_format: torch_dist\n```", [SETS])
+    return folder
+
+
+def deciding(bundle: Path) -> dict:
+    _, checks = _cases_and_checks(resolve_bundle(bundle))
+    return {key: [c.grader for c in found] for key, found in checks.items() if found}
+
+
+def test_graders_decide_only_once_a_round_admits_them(good_bundle):
+    (good_bundle / "skills" / "demo-skill" / "evals" / "checks.yaml").write_text(CHECKS)
+    round_dir = make_round(good_bundle, "fresh-1")
+    assert deciding(good_bundle) == {}  # written, not admitted: they decide nothing
+
+    measured = cli("calibrate", "--bundle", str(good_bundle), "--answers", str(round_dir.parent))
+    assert measured.returncode == 0, measured.stderr
+    assert "grader field       2 items,    2 decided: precision on pass 100.0% of 1, on fail 100.0% of 1 (meets the 98% bar)" in measured.stdout
+    assert "grader execute     2 items,    2 decided: precision on pass 100.0% of 1, on fail 100.0% of 1 (meets the 98% bar)" in measured.stdout
+    assert not (good_bundle / "evals" / "admissions.yaml").exists()  # measuring admits nothing
+
+    admitted = cli("calibrate", "--bundle", str(good_bundle), "--admit", "fresh-1")
+    assert admitted.returncode == 0, admitted.stderr
+    assert "round fresh-1: field admitted, execute admitted; 2 graders admitted, 0 not" in admitted.stderr
+    assert {key.rsplit("demo-", 1)[-1]: graders for key, graders in deciding(good_bundle).items()} == {"1": ["field"], "2": ["execute"]}
+
+    again = cli("calibrate", "--bundle", str(good_bundle), "--admit", "fresh-1")
+    assert again.returncode == 2
+    assert "round 'fresh-1' was measured on" in again.stderr and "a round is measured once" in again.stderr
+    assert "Traceback" not in again.stderr
+
+    # an edited grader is a new one: it decides nothing until a fresh round admits it
+    checks = good_bundle / "skills" / "demo-skill" / "evals" / "checks.yaml"
+    checks.write_text(CHECKS.replace("equals: fsdp_dtensor", "one_of: [fsdp_dtensor]"))
+    assert sorted(g for v in deciding(good_bundle).values() for g in v) == ["execute"]
+
+
+def test_a_kind_under_the_bar_is_not_admitted(good_bundle):
+    (good_bundle / "skills" / "demo-skill" / "evals" / "checks.yaml").write_text(CHECKS.split("demo-2:")[0])
+    make_round(good_bundle, "fresh-1", mislabel=True)  # the good answers labelled failing
+    result = cli("calibrate", "--bundle", str(good_bundle), "--admit", "fresh-1")
+    assert result.returncode == 0, result.stderr
+    assert "precision on pass   0.0% of 1, on fail 100.0% of 1 (under the 98% bar)" in result.stdout
+    admissions = load_admissions(good_bundle / "evals")
+    entry = admissions.rounds["fresh-1"]
+    assert entry["admitted"] == [] and len(entry["not_admitted"]) == 1
+    assert entry["figures"]["field"]["admissible"] is False
+    assert deciding(good_bundle) == {}
+
+
+def test_a_missing_round_and_a_bad_admissions_file_are_one_line_errors(good_bundle):
+    missing = cli("calibrate", "--bundle", str(good_bundle), "--admit", "nope")
+    assert missing.returncode == 2 and "Traceback" not in missing.stderr and "nope" in missing.stderr
+    (good_bundle / "evals" / "admissions.yaml").write_text("rounds: [1, 2]\n")
+    (good_bundle / "skills" / "demo-skill" / "evals" / "checks.yaml").write_text(CHECKS)
+    bad = cli("calibrate", "--bundle", str(good_bundle))
+    assert bad.returncode == 2 and "admissions.yaml:1" in bad.stderr and "Traceback" not in bad.stderr
