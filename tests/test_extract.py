@@ -85,6 +85,12 @@ def test_a_diff_proposes_its_added_lines_only():
         'Do not set `checkpoint.ckpt_format = "torch_dist"`.',
         'The default `checkpoint.ckpt_format = "torch_dist"` fails validation once save is set.',
         'Use fsdp_dtensor instead of `checkpoint.ckpt_format = "torch_dist"`.',
+        'You will find posts that set `checkpoint.ckpt_format = "torch_dist"` here.',
+        'Setting `checkpoint.ckpt_format = "torch_dist"` looks tempting. It does not work with FSDP.',
+        '`checkpoint.ckpt_format = "torch_dist"` (the default) is what trips it.',
+        '`checkpoint.ckpt_format = "torch_dist"` doesn\'t work here.',
+        'The recipe then sets `checkpoint.ckpt_format = "torch_dist"` for you.',
+        'The warning is raised due to `checkpoint.ckpt_format = "torch_dist"`.',
     ],
 )
 def test_denied_prose_proposes_nothing(sentence):
@@ -104,7 +110,16 @@ def test_the_last_proposed_value_counts():
         (FieldRule("ddp.use_megatron_fsdp", "equals", True), "`cfg.ddp.use_megatron_fsdp = True`", FIELD_SET),
         (FieldRule("ddp.use_megatron_fsdp", "equals", True), "`cfg.ddp.use_megatron_fsdp = False`", FIELD_OTHER),
         (FieldRule("ddp.use_megatron_fsdp", "equals", True), "Turn on Megatron FSDP.", FIELD_MISSING),
-        (FieldRule("ddp.use_megatron_fsdp", "equals", True), "`use_megatron_fsdp=True`", FIELD_SET),  # a bare field
+        (FieldRule("ddp.use_megatron_fsdp", "equals", True), "| `use_megatron_fsdp` | `True` |", FIELD_SET),  # a bare field in a table
+        (FieldRule("ddp.use_megatron_fsdp", "equals", True), "Bridge then sets use_megatron_fsdp=True itself.", FIELD_MISSING),  # a bare field in prose explains
+        (FieldRule("comm_overlap", "not_equals", None), "`cfg.comm_overlap = CommOverlapConfig(tp_comm_overlap=False)`", FIELD_SET),
+        (FieldRule("comm_overlap.tp_comm_overlap", "equals", False), "Attach `cfg.comm_overlap = CommOverlapConfig(tp_comm_overlap=False)`.", FIELD_SET),
+        (FieldRule("model.moe_aux_loss_coeff", "equals", 0.01), "set model.moe_aux_loss_coeff to 1e-2", FIELD_SET),
+        (FieldRule("model.moe_router_load_balancing_type", "equals", "aux_loss"), "set model.moe_router_load_balancing_type to e.g. 'aux_loss'", FIELD_MISSING),
+        (FieldRule("env.PYTORCH_CUDA_ALLOC_CONF", "absent", None), "```python\ncfg.env_vars.pop('PYTORCH_CUDA_ALLOC_CONF')\n```", FIELD_SET),
+        (FieldRule("env.NVTE_FLAG", "absent", None), "```bash\nunset NVTE_FLAG\n```", FIELD_SET),
+        (FieldRule("checkpoint.ckpt_format", "never", "torch_dist"), "```python\ncfg.checkpoint.ckpt_format = 'torch_dist'\ncfg.checkpoint.ckpt_format = 'fsdp_dtensor'\n```", FIELD_OTHER),
+        (FieldRule("ddp.fsdp_double_buffer", "equals", False), "```python\ncfg.ddp.fsdp_double_buffer = False\n```\nWith max-pool on, `ddp.fsdp_double_buffer = True` is set in post-init.", FIELD_SET),  # code outranks prose
         (FieldRule("dist.use_torch_fsdp2", "not_equals", True), "`cfg.dist.use_torch_fsdp2 = True`", FIELD_OTHER),
         (FieldRule("dist.use_torch_fsdp2", "not_equals", True), "`cfg.ddp.use_megatron_fsdp = True`", FIELD_CLEAR),
         (FieldRule("dist.use_torch_fsdp2", "absent", None), "`cfg.dist.use_torch_fsdp2 = False`", FIELD_OTHER),

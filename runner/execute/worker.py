@@ -163,11 +163,15 @@ def observe(request: dict) -> dict:
     with quiet():
         cfg = tiny_config(tp=scenario.get("tp", 1), sp=scenario.get("sp", False), pp=scenario.get("pp", 1), vpp=scenario.get("vpp"))
         for path, value in scenario.get("set", []):
-            assign(cfg, path, value, notes)
+            assign(cfg, path, value_of(value), notes)  # a constructor spec builds its object
     environ = {str(k): str(v) for k, v in (scenario.get("env") or {}).items()}
     stage = "apply"
     try:
         for item in request.get("assignments", []):
+            if item["path"].startswith("env.") and item["value"] == {"removed": True}:
+                environ.pop(item["path"][4:], None)
+                cfg.env_vars.pop(item["path"][4:], None) if isinstance(getattr(cfg, "env_vars", None), dict) else None
+                continue
             try:
                 path, value = item["path"], value_of(item["value"])
             except Refused as refused:

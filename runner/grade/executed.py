@@ -18,7 +18,7 @@ import re
 from typing import Any, Awaitable, Callable
 
 from ..load import Scenario
-from .extract import Call, Extraction, Name, Opaque
+from .extract import Call, Extraction, Name, Opaque, Removed
 from .fields import same
 
 EXEC_PASS, EXEC_FAIL, EXEC_UNGRADED = "execute-pass", "execute-fail", "execute-ungraded"
@@ -33,6 +33,8 @@ def as_json(value: Any) -> Any:
         return {"call": value.name, "kwargs": {k: as_json(v) for k, v in value.kwargs}}
     if isinstance(value, Name):
         return {"name": value.dotted}
+    if isinstance(value, Removed):
+        return {"removed": True}
     if isinstance(value, dict):
         return {"dict": {str(k): as_json(v) for k, v in value.items()}}
     if isinstance(value, list):

@@ -197,6 +197,14 @@ class Opaque:
 
 
 @dataclass(frozen=True)
+class Removed:
+    """A key the answer deletes: `cfg.env_vars.pop("X")`, `del os.environ["X"]`, `unset X`."""
+
+
+REMOVED = Removed()
+
+
+@dataclass(frozen=True)
 class Fact:
     path: str  # "ddp.use_megatron_fsdp", "env.CUDA_DEVICE_MAX_CONNECTIONS", or a bare field "use_megatron_fsdp"
     value: Any
@@ -226,13 +234,21 @@ class Extraction:
 
     def about(self, path: str) -> list[Fact]:
         """Proposed facts for `path` in answer order: its own, a constructor keyword that
-        stands for it, or a bare field of the same name."""
+        stands for it, or a bare field of the same name written in code (a bare name in
+        prose is as often an explanation as a proposal). Where code (a block, a table, a
+        command line) sets the path, prose mentions of it are left out: prose describes as
+        often as it proposes."""
         leaf = path.rsplit(".", 1)[-1]
-        return [f for f in self.facts if not f.negated and (f.path == path or (f.bare and f.path == leaf))]
+        found = [f for f in self.facts if not f.negated and (f.path == path or (f.bare and f.path == leaf and f.source != "prose"))]
+        coded = [f for f in found if f.source != "prose"]
+        return coded or found
 
     def proposed(self) -> list[Fact]:
-        """What the answer proposes to apply, in answer order: not denied, not derived."""
-        return [f for f in self.facts if not f.negated and not f.derived]
+        """What the answer proposes to apply, in answer order: not denied, not derived, and
+        prose only for paths no code sets."""
+        facts = [f for f in self.facts if not f.negated and not f.derived and not (f.bare and f.source == "prose")]
+        coded = {f.path for f in facts if f.source != "prose"}
+        return [f for f in facts if f.source != "prose" or f.path not in coded]
 
 
 def _dotted(node: ast.AST) -> list[str] | None:
@@ -303,10 +319,12 @@ class _Python:
             chain = _dotted(node.func)
             if chain and chain[-1] in CONSTRUCTORS:
                 return Call(".".join(chain), tuple((k.arg, self.value(k.value)) for k in node.keywords if k.arg))
-        if isinstance(node, ast.Dict) and all(k is not None for k in node.keys):
-            keys = [self.value(k) for k in node.keys]
+        if isinstance(node, ast.Dict):
+            # {**cfg.env_vars, "X": "1"}: the spread keeps what is there; the keys written are the data
+            pairs = [(k, v) for k, v in zip(node.keys, node.values) if k is not None]
+            keys = [self.value(k) for k, _ in pairs]
             if all(isinstance(k, str) for k in keys):
-                return {k: self.value(v) for k, v in zip(keys, node.values)}
+                return {k: self.value(v) for k, (_, v) in zip(keys, pairs)}
         return Opaque(ast.unparse(node)[:200])
 
     def path(self, target: ast.AST) -> str | None:
@@ -381,8 +399,17 @@ class _Python:
                     continue
                 for target in targets:
                     self.assign(target, node.value, node)
+            elif isinstance(node, ast.Delete):
+                for target in node.targets:
+                    path = self.path(target)
+                    if path is not None and path.startswith(f"{ENV}."):
+                        self.out.facts.append(Fact(path, REMOVED, self.line(node), "python"))
             elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
                 chain = _dotted(node.value.func)
+                if chain and chain[-1] == "pop" and len(chain) >= 2 and (chain[:-1] == ["os", "environ"] or chain[-2] == "env_vars") and node.value.args:
+                    key = node.value.args[0]
+                    if isinstance(key, ast.Constant) and isinstance(key.value, str):
+                        self.out.facts.append(Fact(f"{ENV}.{key.value}", REMOVED, self.line(node), "python"))
                 if chain and chain[-1] == "update" and len(chain) >= 2 and (chain[:-1] == ["os", "environ"] or chain[-2] == "env_vars"):
                     for arg in node.value.args:
                         data = self.value(arg)
@@ -508,7 +535,7 @@ _HYDRA_RE = re.compile(r"(?<![\w./-])[+~]?((?:cfg\.)?[a-z_]\w*(?:\.\w+)+)=(\"[^\
 _ENV_RE = re.compile(r"(?:^|[\s;&(])(?:export\s+)?([A-Z][A-Z0-9_]{2,})=(\"[^\"\n]*\"|'[^'\n]*'|[^\s`;]*)")
 _PROSE_RE = re.compile(
     r"(?<![\w.])((?:(?:cfg|config)\.)?[a-z_]\w*(?:\.\w+)*)\s*(?:=|==|:=)\s*"
-    r"(\"[^\"\n]*\"|'[^'\n]*'|-?\d[\d_,]*(?:\.\d+)?(?:\s*(?:\*\*?|<<)\s*\d[\d_]*)*|[A-Za-z_]\w*(?:\.\w+)*(?:\([^()\n]{0,300}\))?)"
+    r"(\"[^\"\n]*\"|'[^'\n]*'|-?\d[\d_,]*(?:\.\d+)?(?:[eE]-?\d+)?(?:\s*(?:\*\*?|<<)\s*\d[\d_]*)*|[A-Za-z_]\w*(?:\.\w+)*(?:\([^()\n]{0,300}\))?)"
 )
 # "path: value" in prose only where the value ends the clause ("- `ddp.bucket_size`: 134217728").
 _COLON_RE = re.compile(
@@ -516,24 +543,51 @@ _COLON_RE = re.compile(
     r"(\"[^\"\n]*\"|'[^'\n]*'|True|False|None|true|false|null|-?\d[\d_,]*(?:\.\d+)?|[a-z_]\w*)(?=\s*(?:$|[,;)]|\.(?:\s|$)))"
 )
 _SET_TO_RE = re.compile(
-    r"\bset(?:s|ting)?\s+((?:(?:cfg|config)\.)?[a-z_]\w*(?:\.\w+)*)\s+(?:to|=)\s+"
-    r"(\"[^\"\n]*\"|'[^'\n]*'|-?\d[\d_,]*(?:\.\d+)?|[A-Za-z_]\w*(?:\.\w+)*(?:\([^()\n]{0,300}\))?)", re.IGNORECASE
+    r"\bset(?:s|ting)?\s+((?:(?:cfg|config)\.)?[a-z_]\w*(?:\.\w+)*)\s+(?:to|=)\s+(?!(?:e\.g|i\.e|the|a|an|some|something|whatever|your|its|any|one|either)\b)"
+    r"(\"[^\"\n]*\"|'[^'\n]*'|-?\d[\d_,]*(?:\.\d+)?(?:[eE]-?\d+)?|[A-Za-z_]\w*(?:\.\w+)*(?:\([^()\n]{0,300}\))?)", re.IGNORECASE
 )
 # A statement of what not to do, or of what fails: the words before it in its clause...
-_DENIED_BEFORE_RE = re.compile(r"\b(?:not|never|don't|do not|avoid|instead of|rather than|without|no need|remove|drop|wrong(?:ly)?|incorrect(?:ly)?|old|before|previously|was|were|if you (?:leave|keep)|leaving|keeping)\b|\bnot\s+set\b", re.IGNORECASE)
+_DENIED_BEFORE_RE = re.compile(r"\b(?:not|never|don't|do not|doesn't|does not|won't|isn't|avoid|instead of|rather than|without|no need|drop|wrong(?:ly)?|incorrect(?:ly)?|old|before|previously|was|were|if you (?:leave|keep)|leaving|keeping|you could|you might|could also|tempting|obvious knob)\b|\bnot\s+set\b", re.IGNORECASE)
 # ... or the predicate after it.
-_DENIED_AFTER_RE = re.compile(r"^\W{0,3}(?:(?:\w+\s+){0,4}?)(?:fails?|raises?|errors?|crash(?:es)?|is (?:refused|rejected|wrong|not|invalid|unsupported|ignored)|are (?:refused|rejected|wrong|not)|will (?:fail|raise|not)|does not|cannot|trips?|breaks?|is what (?:fails|breaks))\b", re.IGNORECASE)
+_DENIED_AFTER_RE = re.compile(r"^\W{0,3}(?:(?:\w+\s+){0,4}?)(?:fails?|raises?|errors?|crash(?:es)?|is (?:refused|rejected|wrong|not|invalid|unsupported|ignored)|are (?:refused|rejected|wrong|not)|will (?:fail|raise|not)|would (?:be )?(?:fail|raise|rejected|refused|not)|does not|doesn't|isn't|aren't|won't|wouldn't|didn't|cannot|can't|trips?|breaks?|is what (?:fails|breaks)|is the obvious|looks? (?:right|tempting))\b", re.IGNORECASE)
 _CLAUSE_RE = re.compile(r"[.;!?](?:\s|$)|\n|\bbut\b|\bhowever\b|\bwhereas\b|\bwhile\b", re.IGNORECASE)
+# A value described rather than proposed: "X = Y (the default)", "X = Y allows ...", "X = Y: it asserts".
+_DESCRIBED_AFTER_RE = re.compile(
+    r"^\W{0,4}(?:(?:\w+\s+){0,3}?)(?:\(?the default\)?|is (?:the|its|their) default|by default|is already|already (?:is|the)|allows|asserts|is (?:pointless|useless|unnecessary|redundant|not needed|a no-op)|has no effect|does nothing|only (?:matters|applies)|(?:is|are) (?:only )?(?:checked|read) (?:only )?when)\b",
+    re.IGNORECASE,
+)
+# Advice put in someone else's mouth ("You'll find posts that set X = Y"), or denied by the next sentence.
+_ATTRIBUTED_RE = re.compile(r"\byou(?:'ll| will| may| might| can)? (?:see|find|read|hear)\b|\b(?:posts?|threads?|forums?|people|folks|some users|others|blog)\b|\bsuggest(?:ed|s|ion|ions)?\b|\boften (?:recommended|suggested|advised)\b|\bcommon (?:advice|suggestion|fix)\b", re.IGNORECASE)
+_DENIAL_NEXT_RE = re.compile(r"^\s*(?:I'?d avoid|avoid|don'?t|do not|never|that is wrong|that'?s wrong|this is wrong|it is wrong|wrong|no[,.]|not so|that (?:does not|doesn'?t|won'?t|will not)|it (?:does not|doesn'?t|won'?t|will not)|this (?:does not|doesn'?t|won'?t|will not))\b", re.IGNORECASE)
+_SENTENCE_RE = re.compile(r"[.!?](?:\s|$)")
+# What Bridge or the log does, told rather than proposed: "Bridge then sets X = Y", "the warning
+# says ... due to X = Y", "X becomes Y".
+_DESCRIBED_BEFORE_RE = re.compile(
+    r"\b(?:bridge|megatron(?:-core)?|it|validation|setup\(\)|runtime_config_update\(\)|finalize\(\)|the recipe|the preset|the default|the config)\s+(?:then\s+|also\s+|itself\s+|now\s+|still\s+)?"
+    r"(?:sets?|derives?|turns?|forces?|overwrites?|writes?|copies|resolves?|leaves?|keeps?|has|gets?)\b"
+    r"|\b(?:becomes|ends up|resolves to|you(?:'ll| will) see|prints?|logs?|reports?|shows?|warns?|warning|defaults? to|by default|due to|because of|caused by|triggered by|quoted|the log|the error|the message)\b",
+    re.IGNORECASE,
+)
 
 
 def _denied(text: str, start: int, end: int) -> bool:
+    """Whether `text[start:end]` is a value the answer denies, describes or attributes
+    rather than proposes."""
     clause = 0
     for found in _CLAUSE_RE.finditer(text, 0, start):
         clause = found.end()
     before = " ".join(text[clause:start].split()[-6:])
     stop = _CLAUSE_RE.search(text, end)
     after = text[end : stop.start() if stop else len(text)]
-    return bool(_DENIED_BEFORE_RE.search(before) or _DENIED_AFTER_RE.search(after))
+    if _DENIED_BEFORE_RE.search(before) or _DESCRIBED_BEFORE_RE.search(before) or _DENIED_AFTER_RE.search(after) or _DESCRIBED_AFTER_RE.search(text[end : end + 80]):
+        return True
+    sentence = 0
+    for found in _SENTENCE_RE.finditer(text, 0, start):
+        sentence = found.end()
+    close = _SENTENCE_RE.search(text, end)
+    if _ATTRIBUTED_RE.search(text[sentence : close.start() if close else len(text)]):
+        return True
+    return bool(close and _DENIAL_NEXT_RE.match(text[close.end() :]))
 
 
 def _line_of(text: str, position: int) -> int:
@@ -553,15 +607,27 @@ def _prose(out: Extraction, text: str, offset: int, source: str = "prose") -> No
             raw = match.group(2).rstrip(",")
             seen.update(range(match.start(1), match.end(1)))
             kind = "hydra" if regex is _HYDRA_RE and source == "shell" else source
-            out.facts.append(Fact(path, _scalar(raw), offset + _line_of(text, match.start()), kind, negated=_denied(text, match.start(), match.end())))
+            value = _scalar(raw)
+            fact = Fact(path, value, offset + _line_of(text, match.start()), kind, negated=_denied(text, match.start(1), match.end()))
+            out.facts.append(fact)
+            if isinstance(value, Call):  # cfg.comm_overlap = CommOverlapConfig(x=1) in a sentence gives comm_overlap.x too
+                out.facts += [Fact(f"{path}.{key}", item, fact.line, kind, fact.negated, derived=True) for key, item in value.kwargs]
+            if regex is _PROSE_RE:
+                seen.update(range(match.start(2), match.end(2)))  # keywords inside a constructor are not facts of their own
     for match in _ENV_RE.finditer(text):
         out.facts.append(Fact(f"{ENV}.{match.group(1)}", match.group(2).strip("'\""), offset + _line_of(text, match.start()), "env", negated=_denied(text, match.start(), match.end())))
+
+
+_UNSET_RE = re.compile(r"(?:^|[\s;&])unset\s+((?:[A-Z][A-Z0-9_]{2,}\s*)+)")
 
 
 def _shell(out: Extraction, code: str, offset: int) -> None:
     for number, line in enumerate(code.split("\n"), start=1):
         if line.lstrip().startswith("#"):
             continue
+        for match in _UNSET_RE.finditer(line):
+            for name in match.group(1).split():
+                out.facts.append(Fact(f"{ENV}.{name}", REMOVED, offset + number, "env"))
         for match in _ENV_RE.finditer(line):
             out.facts.append(Fact(f"{ENV}.{match.group(1)}", match.group(2).strip("'\""), offset + number, "env"))
         for match in _HYDRA_RE.finditer(line):

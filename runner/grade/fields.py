@@ -8,7 +8,9 @@ earlier one, as in a script). What an assertion says, by kind:
                  forbidden one): a fail
   field-missing  some path is not proposed (or only as an expression that is not data):
                  weak, the behaviour goes to the judge or stays ungraded
-  field-clear    a not_equals / absent assertion with nothing proposed for its path: the
+  (`never: V` fails when any proposed value of the path is V, not only the last one;
+  `absent` passes outright when the answer removes the key)
+  field-clear    a not_equals / absent / never assertion with nothing proposed for its path: the
                  answer avoids a mistake, which an empty answer does too, so it passes only
                  beside a decided pass in the same answer (as a check's `clear`)
 """
@@ -18,20 +20,24 @@ from __future__ import annotations
 from typing import Any
 
 from ..load import FieldRule
-from .extract import Call, Extraction, Name, Opaque
+from .extract import Call, Extraction, Name, Opaque, Removed
 
 FIELD_SET, FIELD_OTHER, FIELD_MISSING, FIELD_CLEAR = "field-set", "field-other", "field-missing", "field-clear"
 FIELD_KINDS = (FIELD_SET, FIELD_OTHER, FIELD_MISSING, FIELD_CLEAR)
+# torch's aliases of one dtype
+_DTYPES = {"torch.float": "torch.float32", "torch.half": "torch.float16", "torch.double": "torch.float64"}
 
 
 def same(expected: Any, got: Any) -> bool:
     """Whether a proposed value is the expected one, across the ways answers write it:
     YAML's `true` and Python's `True`, `"1"` and `1` for a number, a dotted name or a
     quoted string for the same text."""
-    if isinstance(got, (Opaque, Call)):
+    if isinstance(got, (Opaque, Call, Removed)):
         return False
     if isinstance(got, Name):
-        got = got.dotted
+        got = _DTYPES.get(got.dotted, got.dotted)
+    if isinstance(expected, str):
+        expected = _DTYPES.get(expected, expected)
     if isinstance(expected, bool) or expected is None:
         if isinstance(got, str):
             got = {"true": True, "false": False, "none": None, "null": None}.get(got.strip().lower(), got)
@@ -57,6 +63,8 @@ def _shown(value: Any) -> str:
         return value.text
     if isinstance(value, Call):
         return f"{value.name}(...)"
+    if isinstance(value, Removed):
+        return "<removed>"
     return repr(value)
 
 
@@ -66,7 +74,14 @@ def _one(rule: FieldRule, facts: Extraction) -> tuple[str, str]:
     if rule.op == "absent":
         if last is None:
             return FIELD_CLEAR, f"{rule.path}: not set"
+        if isinstance(last.value, Removed):
+            return FIELD_SET, f"{rule.path} removed (line {last.line}, {last.source})"
         return FIELD_OTHER, f"{rule.path} = {_shown(last.value)} (line {last.line}, {last.source})"
+    if rule.op == "never":
+        bad = next((f for f in found if same(rule.value, f.value)), None)
+        if bad is not None:
+            return FIELD_OTHER, f"{rule.path} = {_shown(bad.value)} (line {bad.line}, {bad.source})"
+        return FIELD_CLEAR, f"{rule.path}: never set to {rule.value!r}"
     if last is None or isinstance(last.value, Opaque):
         why = f"{rule.path}: not proposed" if last is None else f"{rule.path}: line {last.line} sets it to an expression ({_shown(last.value)})"
         return (FIELD_CLEAR if rule.op == "not_equals" and last is None else FIELD_MISSING), why

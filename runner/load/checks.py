@@ -11,13 +11,15 @@ them over an answer is grading (runner/grade/checks.py).
         must_not: ['regex', ...]    # none may match
       - behaviour: "..."            # a field assertion over the facts the answer proposes
         field: ddp.bucket_size      # a config path (section.field...) or env.NAME
-        equals: 134217728           # or not_equals: V, one_of: [V, ...], absent: true
+        equals: 134217728           # or not_equals: V, never: V, one_of: [V, ...], absent: true
       - behaviour: "..."
-        fields: {ddp.overlap_grad_reduce: true, ddp.overlap_param_gather: true}  # each equals
+        fields: {ddp.overlap_grad_reduce: true, model.params_dtype: [torch.bfloat16, bf16]}  # each equals (a list: one of)
       - behaviour: "..."            # executed against the real Bridge (runner/execute/)
         execute:
           scenario: {world_size: 8, tp: 2, pp: 1, vpp: null, sp: false,
-                     set: {checkpoint.save: /ckpt}, env: {NAME: value}}
+                     set: {checkpoint.save: /ckpt, mixed_precision: bf16_mixed,
+                           comm_overlap: {call: CommOverlapConfig, kwargs: {tp_comm_overlap: false}}},
+                     env: {NAME: value}}
           expect: {passes: true, raises: 'regex', fields: {path: value}, warns: 'regex'}
 
 An entry is one grader: patterns, field assertions, or an execute scenario, not a mix.
@@ -139,14 +141,23 @@ def sidecar_for(evals_path: Path) -> Path:
 
 
 # A config path as a sidecar names it: a ConfigContainer section and its fields, or env.NAME.
-_PATH_RE = re.compile(r"^(?:env\.[A-Za-z_]\w*|[a-z_]\w*(?:\.[A-Za-z_]\w*)+)$")
-_FIELD_OPS = ("equals", "not_equals", "one_of", "absent")
+_PATH_RE = re.compile(r"^(?:env\.[A-Za-z_]\w*|[a-z_]\w*(?:\.[A-Za-z_]\w*)+|comm_overlap|mixed_precision|peft|ddp|optimizer|checkpoint|train|model|dist)$")
+_FIELD_OPS = ("equals", "not_equals", "one_of", "absent", "never")
 _SCENARIO_KEYS = {"world_size": int, "tp": int, "pp": int, "vpp": (int, type(None)), "sp": bool, "set": dict, "env": dict}
 _EXPECT_KEYS = ("passes", "raises", "fields", "warns")
 
 
 def _scalar_ok(value: Any) -> bool:
     return value is None or isinstance(value, (bool, int, float, str))
+
+
+# Sections a scenario may set whole, to a constructor ({call: CommOverlapConfig, kwargs: {...}}) or a preset name.
+_SECTION_NAMES = frozenset({"comm_overlap", "mixed_precision", "ddp", "optimizer", "checkpoint", "train", "dist", "logger", "scheduler", "rng", "profiling", "tokenizer", "validation"})
+
+
+def _constructor_ok(value: Any) -> bool:
+    return (isinstance(value, dict) and set(value) == {"call", "kwargs"} and isinstance(value["call"], str) and isinstance(value["kwargs"], dict)
+            and all(isinstance(k, str) and (_scalar_ok(v) or _constructor_ok(v)) for k, v in value["kwargs"].items()))
 
 
 def _field_rules(entry: dict) -> tuple[tuple[FieldRule, ...] | None, str | None]:
@@ -157,14 +168,17 @@ def _field_rules(entry: dict) -> tuple[tuple[FieldRule, ...] | None, str | None]
             return None, "'fields' maps config paths to the values they must equal, with nothing else beside it"
         rules = []
         for path, value in table.items():
+            if isinstance(value, list) and value and all(_scalar_ok(v) for v in value) and isinstance(path, str) and _PATH_RE.match(path):
+                rules.append(FieldRule(path, "one_of", tuple(value)))  # a list: any of these values
+                continue
             if not isinstance(path, str) or not _PATH_RE.match(path) or not _scalar_ok(value):
-                return None, f"fields: {path!r} must be a config path (section.field or env.NAME) with a scalar value"
+                return None, f"fields: {path!r} must be a config path (section.field or env.NAME) with a scalar value or a list of them"
             rules.append(FieldRule(path, "equals", value))
         return tuple(rules), None
     path = entry.get("field")
     ops = [op for op in _FIELD_OPS if op in entry]
     if set(entry) - {"behaviour", "field", *_FIELD_OPS} or len(ops) != 1:
-        return None, "'field' needs exactly one of equals, not_equals, one_of, absent: true"
+        return None, "'field' needs exactly one of equals, not_equals, never, one_of, absent: true"
     if not isinstance(path, str) or not _PATH_RE.match(path):
         return None, f"field: {path!r} is not a config path (section.field or env.NAME)"
     op, value = ops[0], entry[ops[0]]
@@ -172,7 +186,7 @@ def _field_rules(entry: dict) -> tuple[tuple[FieldRule, ...] | None, str | None]
         return None, "absent: the only value is true"
     if op == "one_of" and not (isinstance(value, list) and value and all(_scalar_ok(v) for v in value)):
         return None, "one_of: a list of scalar values"
-    if op in ("equals", "not_equals") and not _scalar_ok(value):
+    if op in ("equals", "not_equals", "never") and not _scalar_ok(value):
         return None, f"{op}: a scalar value"
     return (FieldRule(path, op, tuple(value) if op == "one_of" else None if op == "absent" else value),), None
 
@@ -191,8 +205,8 @@ def _scenario(entry: dict) -> tuple[Scenario | None, str | None]:
         if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
             return None, f"execute.scenario.{key}: wrong type"
     for path, value in (scenario.get("set") or {}).items():
-        if not isinstance(path, str) or not _PATH_RE.match(path) or path.startswith("env.") or not _scalar_ok(value):
-            return None, f"execute.scenario.set: {path!r} must be a config path with a scalar value"
+        if not isinstance(path, str) or not (_PATH_RE.match(path) or path in _SECTION_NAMES) or path.startswith("env.") or not (_scalar_ok(value) or _constructor_ok(value)):
+            return None, f"execute.scenario.set: {path!r} must be a config path (or a section) with a scalar value or {{call: Name, kwargs: {{...}}}}"
     if not all(isinstance(k, str) and isinstance(v, (str, int)) for k, v in (scenario.get("env") or {}).items()):
         return None, "execute.scenario.env: names to string values"
     if not isinstance(expect, dict) or not expect or set(expect) - set(_EXPECT_KEYS):

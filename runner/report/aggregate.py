@@ -376,6 +376,7 @@ def build(run_info: dict, grades: list[RecordGrade], *, skill_names: list[str], 
             "counted": sum(1 for g in grades if g.counted),
             "graded": sum(1 for g in grades if g.status == GRADED),
             "by_kind": dict(errors),
+            "cases_wholly_ungraded": _wholly_ungraded(grades),
         },
         "overall": summarise(rows, grades, conditions, resamples=resamples, seed=seed, trials=trials),
         "groups": groups,
@@ -396,3 +397,13 @@ def build(run_info: dict, grades: list[RecordGrade], *, skill_names: list[str], 
         ],
         "disagreement_counts": dict(graders),
     }
+
+
+def _wholly_ungraded(grades: list[RecordGrade]) -> list[str]:
+    """Content cases where no record had one content behaviour decided: nothing graded them."""
+    decided: dict[str, bool] = {}
+    for g in grades:
+        contents = [b for b in g.behaviours if b.kind == "content"]
+        if contents:
+            decided[g.case] = decided.get(g.case, False) or any(b.verdict is not None for b in contents)
+    return sorted(case for case, any_decided in decided.items() if not any_decided)

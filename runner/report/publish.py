@@ -63,6 +63,9 @@ def _summary(report: dict, records: int) -> str:
         if entry["mean"] is not None:
             interval = "interval undefined" if entry["undefined"] else f"[{100 * entry['lo']:+.0f}, {100 * entry['hi']:+.0f}]"
             parts.append(f"content uplift {condition} {100 * entry['mean']:+.0f} pts {interval}")
+    wholly = report["health"].get("cases_wholly_ungraded") or []
+    if wholly:
+        parts.append(f"{len(wholly)} case{'s' if len(wholly) != 1 else ''} wholly ungraded")
     return f"graded {records} records: " + ", ".join(parts)
 
 
