@@ -119,6 +119,13 @@ def test_the_last_proposed_value_counts():
         (FieldRule("env.PYTORCH_CUDA_ALLOC_CONF", "absent", None), "```python\ncfg.env_vars.pop('PYTORCH_CUDA_ALLOC_CONF')\n```", FIELD_SET),
         (FieldRule("env.NVTE_FLAG", "absent", None), "```bash\nunset NVTE_FLAG\n```", FIELD_SET),
         (FieldRule("checkpoint.ckpt_format", "never", "torch_dist"), "```python\ncfg.checkpoint.ckpt_format = 'torch_dist'\ncfg.checkpoint.ckpt_format = 'fsdp_dtensor'\n```", FIELD_OTHER),
+        (FieldRule("model.expert_model_parallel_size", "includes", 8), "```python\ncfg.model.expert_model_parallel_size = 8\n```\nOr keep EP small: `cfg.model.expert_model_parallel_size = 2`.", FIELD_SET),
+        (FieldRule("model.expert_model_parallel_size", "includes", 8), "`cfg.model.expert_model_parallel_size = 4`", FIELD_OTHER),
+        (FieldRule("comm_overlap", "constructs", "CommOverlapConfig"), "```python\ncfg.comm_overlap = CommOverlapConfig(tp_comm_overlap=False)\n```", FIELD_SET),
+        (FieldRule("comm_overlap", "constructs", "CommOverlapConfig"), "```python\ncfg.comm_overlap = None\n```", FIELD_OTHER),
+        (FieldRule("model.recompute_modules", "excludes", "moe"), "```python\ncfg.model.recompute_modules = ['core_attn', 'layernorm']\n```", FIELD_SET),
+        (FieldRule("model.recompute_modules", "excludes", "moe"), "```yaml\nmodel:\n  recompute_modules: [moe, layernorm]\n```", FIELD_OTHER),
+        (FieldRule("ddp.nccl_ub", "never", False, code_only=True), "```python\ncfg.ddp.nccl_ub = True\n```\n`cfg.ddp.nccl_ub = False` would pass validation too.", FIELD_CLEAR),
         (FieldRule("ddp.fsdp_double_buffer", "equals", False), "```python\ncfg.ddp.fsdp_double_buffer = False\n```\nWith max-pool on, `ddp.fsdp_double_buffer = True` is set in post-init.", FIELD_SET),  # code outranks prose
         (FieldRule("dist.use_torch_fsdp2", "not_equals", True), "`cfg.dist.use_torch_fsdp2 = True`", FIELD_OTHER),
         (FieldRule("dist.use_torch_fsdp2", "not_equals", True), "`cfg.ddp.use_megatron_fsdp = True`", FIELD_CLEAR),

@@ -520,6 +520,11 @@ def _yaml_block(out: Extraction, code: str, offset: int) -> None:
             for key, item in node.value:
                 if isinstance(key, yaml.ScalarNode):
                     walk(item, prefix + [str(key.value)])
+        elif isinstance(node, yaml.SequenceNode) and prefix and all(isinstance(item, yaml.ScalarNode) for item in node.value):
+            path = _config_path(".".join(prefix[1:] if prefix[0] in ("cfg", "config") else prefix))
+            if path:
+                items = [_scalar(item.value) if item.style is None else item.value for item in node.value]
+                out.facts.append(Fact(path, items, offset + node.start_mark.line + 1, "yaml"))
         elif isinstance(node, yaml.ScalarNode) and prefix:
             if prefix[0] in ("cfg", "config"):
                 prefix = prefix[1:]

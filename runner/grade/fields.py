@@ -9,6 +9,9 @@ earlier one, as in a script). What an assertion says, by kind:
   field-missing  some path is not proposed (or only as an expression that is not data):
                  weak, the behaviour goes to the judge or stays ungraded
   (`never: V` fails when any proposed value of the path is V, not only the last one;
+  `includes: V` passes when any proposed value is V and fails when values are proposed and
+  none is; `constructs: C` asks for an instance of class C; `excludes: V` asks for a list
+  without V; `code_only` leaves prose out;
   `absent` passes outright when the answer removes the key)
   field-clear    a not_equals / absent / never assertion with nothing proposed for its path: the
                  answer avoids a mistake, which an empty answer does too, so it passes only
@@ -70,7 +73,26 @@ def _shown(value: Any) -> str:
 
 def _one(rule: FieldRule, facts: Extraction) -> tuple[str, str]:
     found = facts.about(rule.path)
+    if rule.code_only:
+        found = [f for f in found if f.source != "prose"]
     last = found[-1] if found else None
+    if rule.op == "includes":
+        hit = next((f for f in found if same(rule.value, f.value)), None)
+        if hit is not None:
+            return FIELD_SET, f"{rule.path} = {_shown(hit.value)} (line {hit.line}, {hit.source})"
+        if any(not isinstance(f.value, Opaque) for f in found):
+            return FIELD_OTHER, f"{rule.path} = " + ", ".join(_shown(f.value) for f in found) + f"; never {rule.value!r}"
+        return FIELD_MISSING, f"{rule.path}: not proposed"
+    if rule.op == "constructs":
+        if last is None or isinstance(last.value, Opaque):
+            return FIELD_MISSING, f"{rule.path}: not proposed"
+        built = isinstance(last.value, Call) and last.value.short == rule.value
+        return (FIELD_SET if built else FIELD_OTHER), f"{rule.path} = {_shown(last.value)} (line {last.line}, {last.source})"
+    if rule.op == "excludes":
+        if last is None or not isinstance(last.value, list):
+            return FIELD_MISSING, f"{rule.path}: no list proposed"
+        inside = any(same(rule.value, item) for item in last.value)
+        return (FIELD_OTHER if inside else FIELD_SET), f"{rule.path} = {last.value!r} (line {last.line}, {last.source})"
     if rule.op == "absent":
         if last is None:
             return FIELD_CLEAR, f"{rule.path}: not set"

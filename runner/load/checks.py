@@ -11,7 +11,10 @@ them over an answer is grading (runner/grade/checks.py).
         must_not: ['regex', ...]    # none may match
       - behaviour: "..."            # a field assertion over the facts the answer proposes
         field: ddp.bucket_size      # a config path (section.field...) or env.NAME
-        equals: 134217728           # or not_equals: V, never: V, one_of: [V, ...], absent: true
+        equals: 134217728           # or not_equals: V, never: V, one_of: [V, ...], absent: true,
+                                    # includes: V (some proposed value), excludes: V (not in the
+                                    # proposed list), constructs: ClassName; code_only: true
+                                    # counts facts from code only
       - behaviour: "..."
         fields: {ddp.overlap_grad_reduce: true, model.params_dtype: [torch.bfloat16, bf16]}  # each equals (a list: one of)
       - behaviour: "..."            # executed against the real Bridge (runner/execute/)
@@ -54,8 +57,9 @@ WITHIN_SENTENCE = r"(?:[^.\n]|(?<=\w)\.(?=\w))"
 @dataclass(frozen=True)
 class FieldRule:
     path: str
-    op: str  # equals | not_equals | one_of | absent
+    op: str  # equals | not_equals | never | one_of | absent | includes | excludes | constructs
     value: Any = None
+    code_only: bool = False  # only facts from code (blocks, tables, command lines), never prose
 
 
 @dataclass(frozen=True)
@@ -142,7 +146,7 @@ def sidecar_for(evals_path: Path) -> Path:
 
 # A config path as a sidecar names it: a ConfigContainer section and its fields, or env.NAME.
 _PATH_RE = re.compile(r"^(?:env\.[A-Za-z_]\w*|[a-z_]\w*(?:\.[A-Za-z_]\w*)+|comm_overlap|mixed_precision|peft|ddp|optimizer|checkpoint|train|model|dist)$")
-_FIELD_OPS = ("equals", "not_equals", "one_of", "absent", "never")
+_FIELD_OPS = ("equals", "not_equals", "one_of", "absent", "never", "includes", "excludes", "constructs")
 _SCENARIO_KEYS = {"world_size": int, "tp": int, "pp": int, "vpp": (int, type(None)), "sp": bool, "set": dict, "env": dict}
 _EXPECT_KEYS = ("passes", "raises", "fields", "warns")
 
@@ -177,8 +181,10 @@ def _field_rules(entry: dict) -> tuple[tuple[FieldRule, ...] | None, str | None]
         return tuple(rules), None
     path = entry.get("field")
     ops = [op for op in _FIELD_OPS if op in entry]
-    if set(entry) - {"behaviour", "field", *_FIELD_OPS} or len(ops) != 1:
-        return None, "'field' needs exactly one of equals, not_equals, never, one_of, absent: true"
+    if set(entry) - {"behaviour", "field", "code_only", *_FIELD_OPS} or len(ops) != 1:
+        return None, "'field' needs exactly one of equals, not_equals, never, one_of, includes, excludes, constructs, absent: true (and optionally code_only: true)"
+    if "code_only" in entry and not isinstance(entry["code_only"], bool):
+        return None, "code_only: true or false"
     if not isinstance(path, str) or not _PATH_RE.match(path):
         return None, f"field: {path!r} is not a config path (section.field or env.NAME)"
     op, value = ops[0], entry[ops[0]]
@@ -186,9 +192,11 @@ def _field_rules(entry: dict) -> tuple[tuple[FieldRule, ...] | None, str | None]
         return None, "absent: the only value is true"
     if op == "one_of" and not (isinstance(value, list) and value and all(_scalar_ok(v) for v in value)):
         return None, "one_of: a list of scalar values"
-    if op in ("equals", "not_equals", "never") and not _scalar_ok(value):
+    if op in ("equals", "not_equals", "never", "includes", "excludes") and not _scalar_ok(value):
         return None, f"{op}: a scalar value"
-    return (FieldRule(path, op, tuple(value) if op == "one_of" else None if op == "absent" else value),), None
+    if op == "constructs" and not (isinstance(value, str) and value.isidentifier()):
+        return None, "constructs: the class name an answer assigns (CommOverlapConfig)"
+    return (FieldRule(path, op, tuple(value) if op == "one_of" else None if op == "absent" else value, bool(entry.get("code_only", False))),), None
 
 
 def _scenario(entry: dict) -> tuple[Scenario | None, str | None]:
