@@ -127,6 +127,7 @@ B = "Sets cfg.ddp.use_megatron_fsdp = True."
         ("fsdp-minimal-override: 3\n", "checks/schema", 1),
         ("- a\n", "checks/schema", 1),
         ("fsdp-minimal-override: [\n", "yaml/syntax", 2),
+        ("fsdp-minimal-override:\n  - behaviour: x\n    must: [a]\nfsdp-minimal-override:\n  - behaviour: y\n    must: [b]\n", "checks/duplicate-key", 4),
         # field assertions and execute scenarios
         (f"fsdp-minimal-override:\n  - behaviour: {B}\n    field: ddp.use_megatron_fsdp\n", "checks/schema", 2),
         (f"fsdp-minimal-override:\n  - behaviour: {B}\n    field: ddp.use_megatron_fsdp\n    equals: true\n    absent: true\n", "checks/schema", 2),

@@ -249,6 +249,9 @@ def read_checks(path: Path, cases: list[Case]) -> tuple[dict[str, list[Check]], 
     except LoadError as error:
         return {}, [error.finding]
     data = located.data
+    if located.duplicates:  # YAML keeps the last of two equal keys: the first block's checks would vanish silently
+        key, line = located.duplicates[0]
+        return {}, [Finding(str(path), line, "checks/duplicate-key", f"{key!r} appears twice; YAML would keep only the later one: merge them")]
     if data is None:
         return {}, []
     if not isinstance(data, dict):
