@@ -163,3 +163,23 @@ def test_the_sections_are_those_of_the_installed_config_container():
         from megatron.bridge.training.config import ConfigContainer
     installed = {f.name for f in dataclasses.fields(ConfigContainer) if not f.name.startswith("_")}
     assert installed == set(SECTIONS)
+
+
+@pytest.mark.parametrize(
+    "table, expected",
+    [
+        ("| field | value |\n|---|---|\n| `model.moe_router_load_balancing_type` | `aux_loss` |\n", "aux_loss"),
+        ("| Setting | Current | Change to |\n|---|---|---|\n| `cfg.model.moe_router_load_balancing_type` | `\"sinkhorn\"` | `\"aux_loss\"` (or `none`) |\n", "aux_loss"),
+        ("| Setting | Your value | After validation | Condition |\n|---|---|---|---|\n| `cfg.model.moe_router_load_balancing_type` | `sinkhorn` | `aux_loss` | always |\n", None),
+        ("| Setting | Current |\n|---|---|\n| `model.moe_router_load_balancing_type` | `sinkhorn` |\n", None),
+    ],
+)
+def test_a_table_proposes_only_its_proposed_column(table, expected):
+    found = extract("Here:\n\n" + table).about("model.moe_router_load_balancing_type")
+    assert [f.value for f in found] == ([expected] if expected else [])
+
+
+def test_includes_reads_a_fix_offered_in_prose_beside_code():
+    answer = "```python\ncfg.model.mtp_num_layers = None\n```\nOr use `cfg.model.mtp_num_layers = 1`."
+    assert run_fields((FieldRule("model.mtp_num_layers", "includes", 1),), extract(answer))[0] == FIELD_SET
+    assert run_fields((FieldRule("model.mtp_num_layers", "equals", 1),), extract(answer))[0] == FIELD_OTHER

@@ -232,6 +232,11 @@ class Extraction:
     imports: list[tuple[str, int]] = field(default_factory=list)
     calls: list[tuple[str, int]] = field(default_factory=list)
 
+    def mentions(self, path: str) -> list[Fact]:
+        """Every proposed fact for `path`, code and prose alike, bare names included."""
+        leaf = path.rsplit(".", 1)[-1]
+        return [f for f in self.facts if not f.negated and (f.path == path or (f.bare and f.path == leaf))]
+
     def about(self, path: str) -> list[Fact]:
         """Proposed facts for `path` in answer order: its own, a constructor keyword that
         stands for it, or a bare field of the same name written in code (a bare name in
@@ -641,20 +646,46 @@ def _shell(out: Extraction, code: str, offset: int) -> None:
                 out.facts.append(Fact(path, _scalar(match.group(2)), offset + number, "hydra"))
 
 
-_TABLE_RE = re.compile(r"^\s*\|([^|\n]+)\|([^|\n]+)\|")
 _CELL_RE = re.compile(r"^\s*(\S+?)\s*(?:\(.*\))?\s*$")
+# Which column of a table holds what the answer proposes: "Change to", "New value", "Set to";
+# a column of the user's current values or of what Bridge does is never it.
+_PROPOSED_COLUMN_RE = re.compile(r"^\W*(?:change(?:d)? to|set (?:it )?to|new(?: value)?|fix(?:ed)?|recommended|should be|use|value|proposed|target|to)\W*$", re.IGNORECASE)
+_OTHER_COLUMN_RE = re.compile(r"\b(?:current|your|before|old|default|was|today|now|after validation|bridge|result|effect|why|condition|reason|note|meaning)\b", re.IGNORECASE)
 
 
-def _table_row(out: Extraction, line: str, number: int) -> bool:
-    match = _TABLE_RE.match(line)
-    if not match:
-        return False
-    path = _config_path(match.group(1).replace("`", "").strip())
-    cell = match.group(2).replace("`", "").replace("**", "").strip()
-    if path and not set(cell) <= set("-: "):
-        token = _CELL_RE.match(cell)
-        out.facts.append(Fact(path, _scalar(token.group(1)) if token else Opaque(cell[:200]), number, "table"))
-    return True
+def _cells(line: str) -> list[str] | None:
+    stripped = line.strip()
+    if not stripped.startswith("|") or stripped.count("|") < 3:
+        return None
+    return [cell.strip() for cell in stripped.strip("|").split("|")]
+
+
+def _table(out: Extraction, rows: list[tuple[int, list[str]]]) -> None:
+    """Facts of one Markdown table: the first column names a path, the proposed value sits
+    in the second column of a two-column table whose header does not call it the current
+    value, or in the column headed "Change to" (or the like) of a wider one."""
+    header = rows[0][1]
+    body = [(n, cells) for n, cells in rows[1:] if not all(set(c) <= set("-: ") for c in cells)]
+    if len(rows) > 1 and all(set(c) <= set("-: ") for c in rows[1][1]):
+        column = None
+        named = [i for i, cell in enumerate(header) if i and _PROPOSED_COLUMN_RE.match(cell.replace("`", "").replace("*", ""))]
+        if named:
+            column = named[-1]
+        elif len(header) == 2 and not _OTHER_COLUMN_RE.search(header[1]):
+            column = 1
+    else:
+        body = [(n, cells) for n, cells in rows if not all(set(c) <= set("-: ") for c in cells)]
+        column = 1 if all(len(cells) == 2 for _, cells in body) else None  # a table without a header row
+    if column is None:
+        return
+    for number, cells in body:
+        if len(cells) <= column:
+            continue
+        path = _config_path(cells[0].replace("`", "").strip())
+        cell = cells[column].replace("`", "").replace("**", "").strip()
+        if path and cell and not set(cell) <= set("-: "):
+            token = _CELL_RE.match(cell)
+            out.facts.append(Fact(path, _scalar(token.group(1)) if token else Opaque(cell[:200]), number, "table"))
 
 
 def _answer_lines(answer: str) -> list[str]:
@@ -680,8 +711,14 @@ def extract(answer: str) -> Extraction:
     while index < len(lines):
         match = _FENCE_RE.match(lines[index])
         if not match:
-            if not _table_row(out, lines[index], index + 1):
-                _prose(out, lines[index].replace("`", ""), index)
+            rows = []
+            while index < len(lines) and _cells(lines[index]) is not None:
+                rows.append((index + 1, _cells(lines[index])))
+                index += 1
+            if rows:
+                _table(out, rows)
+                continue
+            _prose(out, lines[index].replace("`", ""), index)
             index += 1
             continue
         language, start = match.group(3).lower(), index

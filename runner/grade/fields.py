@@ -72,7 +72,9 @@ def _shown(value: Any) -> str:
 
 
 def _one(rule: FieldRule, facts: Extraction) -> tuple[str, str]:
-    found = facts.about(rule.path)
+    # `includes` reads every mention (a fix offered in prose beside other code); the others
+    # read code before prose (prose describes as often as it proposes).
+    found = facts.mentions(rule.path) if rule.op == "includes" else facts.about(rule.path)
     if rule.code_only:
         found = [f for f in found if f.source != "prose"]
     last = found[-1] if found else None
