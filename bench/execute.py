@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Benchmark of the execute grader: `mbskills grade` of the main job's offline replay (the
 known-bad recorded answers under baseline, the known-good ones under skills and inline),
-with the admitted field and execute graders, one worker importing Megatron-Bridge once.
+one worker importing Megatron-Bridge once. For timing only, the replay runs against a
+scratch copy of the bundle whose admissions admit every written field and execute grader
+(whatever the rounds decided), so that every execute behaviour is run.
 
 Run: .venv/bin/python bench/execute.py [--repeat N] [--json FILE]
 Measures each grade as a whole process (wall and CPU seconds, wait4), counts the verdicts
@@ -35,15 +37,32 @@ def timed(cmd: list[str]) -> tuple[float, float, int, str]:
     return wall, usage.ru_utime + usage.ru_stime, process.returncode if process.returncode is not None else 0, out
 
 
+def admit_everything(root: Path) -> Path:
+    """A scratch copy of the bundle whose admissions name every written grader (timing only)."""
+    import shutil
+
+    sys.path.insert(0, str(REPO))
+    from runner.load import Bundle, bundle_cases, load_checks
+
+    shutil.copytree(REPO / "skills", root / "skills", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(REPO / "evals", root / "evals")
+    shutil.copyfile(REPO / "card.yaml", root / "card.yaml")
+    checks = load_checks(bundle_cases(Bundle(root)))
+    every = sorted(c.fingerprint(key) for key, found in checks.items() for c in found if c.grader != "check")
+    (root / "evals" / "admissions.yaml").write_text(json.dumps({"rounds": {"bench": {"admitted": every}}}))
+    return root
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=3, help="grades to time (default 3; the median counts)")
     parser.add_argument("--json", default=str(REPO / "out" / "bench" / "execute.json"))
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="mbskills-bench-execute-") as scratch:
+        bundle = admit_everything(Path(scratch) / "bundle")
         run = Path(scratch) / "replay"
-        model = f"replay:{REPO / 'evals' / 'calibration'}?baseline=bad-1"
-        made = subprocess.run([str(MBSKILLS), "eval", "--model", model, "--conditions", "baseline,skills,inline", "--out", str(run), "--progress", "plain"], capture_output=True, text=True, cwd=REPO)
+        model = f"replay:{bundle / 'evals' / 'calibration'}?baseline=bad-1"
+        made = subprocess.run([str(MBSKILLS), "eval", "--model", model, "--bundle", str(bundle), "--conditions", "baseline,skills,inline", "--out", str(run), "--progress", "plain"], capture_output=True, text=True, cwd=REPO)
         if made.returncode != 0:
             print(made.stderr, file=sys.stderr)
             return 2
