@@ -11,7 +11,7 @@ from pathlib import Path
 import yaml
 
 from runner.grade.grading import _cases_and_checks
-from runner.load import load_admissions, resolve_bundle
+from runner.load import ADMIT_MIN_DECIDED, load_admissions, resolve_bundle
 
 REPO = Path(__file__).resolve().parents[1]
 SETS = "Sets cfg.widget.enabled = True."
@@ -39,11 +39,14 @@ def answer(folder: Path, name: str, body: str, fails: list[str]) -> None:
     (folder / name).write_text(f"---\n{front}---\n{body}\n")
 
 
-def make_round(bundle: Path, name: str, *, mislabel: bool = False) -> Path:
+def make_round(bundle: Path, name: str, *, mislabel: bool = False, each: int = ADMIT_MIN_DECIDED) -> Path:
+    """`each` right and `each` wrong answers per case (the bar asks for ADMIT_MIN_DECIDED
+    decided verdicts each way)."""
     folder = bundle / "evals" / "rounds" / name / "demo-skill"
     for case in ("demo-1", "demo-2"):
-        answer(folder, f"{case}.held-1.md", 'Use `cfg.checkpoint.ckpt_format = "fsdp_dtensor"`.', [SETS] if mislabel else [])
-        answer(folder, f"{case}.held-2.md", "```yaml\ncheckpoint:\n  ckpt_format: torch_dist\n```", [SETS])
+        for n in range(each):
+            answer(folder, f"{case}.held-{2 * n + 1}.md", f'Answer {n}: use `cfg.checkpoint.ckpt_format = "fsdp_dtensor"`.', [SETS] if mislabel else [])
+            answer(folder, f"{case}.held-{2 * n + 2}.md", f"Answer {n}:\n```yaml\ncheckpoint:\n  ckpt_format: torch_dist\n```", [SETS])
     return folder
 
 
@@ -59,8 +62,8 @@ def test_graders_decide_only_once_a_round_admits_them(good_bundle):
 
     measured = cli("calibrate", "--bundle", str(good_bundle), "--answers", str(round_dir.parent))
     assert measured.returncode == 0, measured.stderr
-    assert "grader field       2 items,    2 decided: precision on pass 100.0% of 1, on fail 100.0% of 1 (meets the 98% bar)" in measured.stdout
-    assert "grader execute     2 items,    2 decided: precision on pass 100.0% of 1, on fail 100.0% of 1 (meets the 98% bar)" in measured.stdout
+    assert "grader field      40 items,   40 decided: precision on pass 100.0% of 20, on fail 100.0% of 20 (meets the bar: 98% each way over 20+ verdicts)" in measured.stdout
+    assert "grader execute    40 items,   40 decided: precision on pass 100.0% of 20, on fail 100.0% of 20 (meets the bar: 98% each way over 20+ verdicts)" in measured.stdout
     assert not (good_bundle / "evals" / "admissions.yaml").exists()  # measuring admits nothing
 
     admitted = cli("calibrate", "--bundle", str(good_bundle), "--admit", "fresh-1")
@@ -84,12 +87,30 @@ def test_a_kind_under_the_bar_is_not_admitted(good_bundle):
     make_round(good_bundle, "fresh-1", mislabel=True)  # the good answers labelled failing
     result = cli("calibrate", "--bundle", str(good_bundle), "--admit", "fresh-1")
     assert result.returncode == 0, result.stderr
-    assert "precision on pass   0.0% of 1, on fail 100.0% of 1 (under the 98% bar)" in result.stdout
+    assert "precision on pass   0.0% of 20, on fail 100.0% of 20 (under the bar" in result.stdout
     admissions = load_admissions(good_bundle / "evals")
     entry = admissions.rounds["fresh-1"]
     assert entry["admitted"] == [] and len(entry["not_admitted"]) == 1
     assert entry["figures"]["field"]["admissible"] is False
     assert deciding(good_bundle) == {}
+
+
+def test_too_few_verdicts_admit_nothing_however_right(good_bundle):
+    (good_bundle / "skills" / "demo-skill" / "evals" / "checks.yaml").write_text(CHECKS.split("demo-2:")[0])
+    make_round(good_bundle, "small", each=ADMIT_MIN_DECIDED - 1)
+    result = cli("calibrate", "--bundle", str(good_bundle), "--admit", "small")
+    assert result.returncode == 0, result.stderr
+    assert f"precision on pass 100.0% of {ADMIT_MIN_DECIDED - 1}, on fail 100.0% of {ADMIT_MIN_DECIDED - 1} (under the bar" in result.stdout
+    assert deciding(good_bundle) == {}
+
+
+def test_a_stricter_bar_withdraws_a_recorded_admission(good_bundle):
+    (good_bundle / "skills" / "demo-skill" / "evals" / "checks.yaml").write_text(CHECKS.split("demo-2:")[0])
+    _, checks = _cases_and_checks(resolve_bundle(good_bundle), all_graders=True)
+    fingerprint = next(c.fingerprint(k) for k, found in checks.items() for c in found)
+    figures = {"items": 2, "decided": 2, "passes": 1, "pass_precision": 1.0, "fails": 1, "fail_precision": 1.0, "admissible": True}
+    (good_bundle / "evals" / "admissions.yaml").write_text(yaml.safe_dump({"rounds": {"old": {"figures": {"field": figures}, "admitted": [fingerprint]}}}))
+    assert deciding(good_bundle) == {}  # recorded as admitted on 2 verdicts: today's bar withdraws it
 
 
 def test_a_missing_round_and_a_bad_admissions_file_are_one_line_errors(good_bundle):

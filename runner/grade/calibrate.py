@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 
 from .. import stats
-from ..load import Check, Labelled
+from ..load import ADMIT_MIN_DECIDED, Check, Labelled, meets_bar
 from .checks import CLEAR, KINDS, says_nothing
 from .executed import EXEC_KINDS, Observe
 from .extract import extract
@@ -63,8 +63,7 @@ def _grader_score(rows: list[tuple[str, bool, bool | None]]) -> dict:
             "passes": len(passes), "pass_right": sum(passes), "pass_precision": sum(passes) / len(passes) if passes else None,
             "fails": len(fails), "fail_right": len(fails) - sum(fails), "fail_precision": (len(fails) - sum(fails)) / len(fails) if fails else None,
         }
-        figures = out[grader]
-        figures["admissible"] = bool(passes and fails and figures["pass_precision"] >= ADMIT_PRECISION and figures["fail_precision"] >= ADMIT_PRECISION)
+        out[grader]["admissible"] = meets_bar(out[grader])
     return out
 
 
@@ -176,7 +175,7 @@ def calibration_lines(result: dict) -> list[str]:
                 on_pass = f"{100 * figures['pass_precision']:5.1f}% of {figures['passes']}" if figures["passes"] else "n/a"
                 on_fail = f"{100 * figures['fail_precision']:5.1f}% of {figures['fails']}" if figures["fails"] else "n/a"
                 bar = "meets" if figures["admissible"] else "under"
-                lines.append(f"  grader {grader:<8} {figures['items']:>4} items, {figures['decided']:>4} decided: precision on pass {on_pass}, on fail {on_fail} ({bar} the {100 * ADMIT_PRECISION:.0f}% bar)")
+                lines.append(f"  grader {grader:<8} {figures['items']:>4} items, {figures['decided']:>4} decided: precision on pass {on_pass}, on fail {on_fail} ({bar} the bar: {100 * ADMIT_PRECISION:.0f}% each way over {ADMIT_MIN_DECIDED}+ verdicts)")
         lines.append(_agreement("policy, checks only", entry["policy_checks_only"]))
         if entry.get("content_without_judge"):
             whole = entry["content_without_judge"]

@@ -259,6 +259,7 @@ def _admit(admissions, name: str, bundle: Bundle, labelled: list, checks: dict[s
         "answers": (bundle.evals_dir / ROUNDS / name).relative_to(bundle.root).as_posix(),
         "measured": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "figures": figures,
+        "admitted_kinds": sorted(kind for kind, ok in kinds_ok.items() if ok),
         "admitted": admitted,
         "not_admitted": refused,
     }

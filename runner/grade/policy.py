@@ -14,7 +14,7 @@ docs/grading.md quotes them.
   field-missing is weak, field-clear passes only beside a positive in the same answer.
 - execute (runner/grade/executed.py): execute-pass and execute-fail decide; ungraded is
   ungraded. Field and execute graders were admitted on a fresh held-out round
-  (ADMIT_PRECISION on pass and on fail; docs/grading.md).
+  (ADMIT_PRECISION on pass and on fail over ADMIT_MIN_DECIDED verdicts each; docs/grading.md).
 - judge: NO decides; YES decides only with its quote found in the answer (else the verdict
   is `unsupported` and counts for nothing); a definite check fail outranks a judge YES.
 """
@@ -40,9 +40,10 @@ POSITIVE = (PRESENCE, FIELD_SET, EXEC_PASS)  # a decided pass: the answer says s
 CLEARS = (CLEAR, FIELD_CLEAR)  # pass only beside a positive in the same answer
 # A kind that decides must have at least this precision on the held-out set.
 MIN_PRECISION = 0.9
-# The field and execute graders decide only with this precision on pass and on fail, on a
-# fresh held-out round they were not written against.
-ADMIT_PRECISION = 0.98
+# The field and execute graders decide only with ADMIT_PRECISION on pass and on fail, each
+# over ADMIT_MIN_DECIDED verdicts, on a fresh held-out round they were not written against
+# (runner/load/admissions.py).
+from ..load import ADMIT_MIN_DECIDED, ADMIT_PRECISION  # noqa: E402
 DEFINITE_FAILS = (TRIPWIRE, REVERSED)
 
 

@@ -5,7 +5,7 @@ Nothing here asks a model or imports torch."""
 from .bundle import SOURCE_CHECKOUT, bundle_cases, bundle_files, changed_files, fingerprint, resolve_bundle, select_cases
 from .cases import AGENTSKILLS, FLAT, MAX_CASE_FILE_BYTES, Behaviour, Case, EvalsFile, case_files, check_case_file, files_root, load_cases, read_evals
 from .census import CENSUS_DIR, Census, draw_heldout, load_census
-from .admissions import ADMISSIONS, ROUNDS, Admissions, load_admissions
+from .admissions import ADMISSIONS, ADMIT_MIN_DECIDED, ADMIT_PRECISION, ROUNDS, Admissions, load_admissions, meets_bar
 from .checks import Check, FieldRule, Scenario, load_checks, read_checks, sidecar_for
 from .labelled import DEV, HELD_OUT, TRAINING, Labelled, load_labelled, require_labels
 from .parsing import Located, SkillDocument, load_json, load_yaml, read_text, split_frontmatter
@@ -22,6 +22,9 @@ __all__ = [
     "CARD_FILE",
     "Case",
     "ADMISSIONS",
+    "ADMIT_MIN_DECIDED",
+    "ADMIT_PRECISION",
+    "meets_bar",
     "ROUNDS",
     "Admissions",
     "load_admissions",

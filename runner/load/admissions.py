@@ -7,8 +7,9 @@ and skills, never the graders).
       admit-1:
         answers: evals/rounds/admit-1
         measured: 2026-12-02T09:10:00Z
-        figures: {field: {...}, execute: {...}}   # precision on pass and on fail
-        admitted: [<grader fingerprint>, ...]       # graders whose kind met the bar there
+        figures: {field: {...}, execute: {...}}   # precision on pass and on fail, counts
+        admitted_kinds: [execute]                   # the kinds that met the bar there
+        admitted: [<grader fingerprint>, ...]       # their graders
         not_admitted: [<grader fingerprint>, ...]
 
 A grader is named by a fingerprint of its case, behaviour and whole specification, so a
@@ -26,6 +27,20 @@ from .parsing import load_yaml, read_text
 
 ADMISSIONS = "admissions.yaml"
 ROUNDS = "rounds"  # evals/rounds/<name>/: fresh held-out rounds
+# The bar a grader kind must clear on a round: precision on pass and on fail, each over at
+# least ADMIT_MIN_DECIDED decided verdicts (fewer is too little evidence to admit on: at 20
+# verdicts without an error the 95% Wilson interval still reaches down to 84%).
+ADMIT_PRECISION = 0.98
+ADMIT_MIN_DECIDED = 20
+
+
+def meets_bar(figures: dict) -> bool:
+    """Whether a kind's figures on one round admit it (runner/grade/calibrate.py computes them)."""
+    try:
+        return (figures["passes"] >= ADMIT_MIN_DECIDED and figures["fails"] >= ADMIT_MIN_DECIDED
+                and figures["pass_precision"] >= ADMIT_PRECISION and figures["fail_precision"] >= ADMIT_PRECISION)
+    except (KeyError, TypeError):
+        return False
 
 
 @dataclass
@@ -35,7 +50,15 @@ class Admissions:
 
     @property
     def admitted(self) -> set[str]:
-        return {fp for entry in self.rounds.values() for fp in entry.get("admitted", [])}
+        """Fingerprints admitted by a round whose figures clear today's bar for every kind it
+        admitted: a stricter bar withdraws an admission, the record stays what was measured."""
+        out: set[str] = set()
+        for entry in self.rounds.values():
+            figures = entry.get("figures") or {}
+            kinds = entry.get("admitted_kinds") or [kind for kind, f in figures.items() if isinstance(f, dict) and f.get("admissible")]
+            if entry.get("admitted") and kinds and all(meets_bar(figures.get(kind) or {}) for kind in kinds):
+                out.update(entry["admitted"])
+        return out
 
 
 def load_admissions(evals_dir: Path) -> Admissions:
