@@ -13,7 +13,7 @@ from ..load import ADMIT_MIN_DECIDED, Check, Labelled, meets_bar
 from .checks import CLEAR, KINDS, says_nothing
 from .executed import EXEC_KINDS, Observe
 from .extract import extract
-from .fields import FIELD_CLEAR, FIELD_KINDS
+from .fields import FIELD_KINDS
 from .judge import Judge, JudgeError
 from .policy import ADMIT_PRECISION, CHECK_DECIDES, DEFINITE_FAILS, SAYS, check_verdicts
 from .records import run_grader
@@ -167,7 +167,7 @@ def calibration_lines(result: dict) -> list[str]:
         lines.append(_agreement("checks", entry["checks"]))
         for kind, figures in entry["check_kinds"].items():
             if figures["items"]:
-                role = "decides" if figures["decides"] else "passes only beside a decided pass in the same answer" if kind in (CLEAR, FIELD_CLEAR) else "weak: judge or ungraded"
+                role = "decides" if figures["decides"] else "passes only beside a decided pass in the same answer" if kind == CLEAR else "weak: judge or ungraded"
                 right = f"right {figures['right']:>4} ({100 * figures['precision']:5.1f}%)" if figures["precision"] is not None else "says nothing"
                 lines.append(f"    {kind:<16} {figures['items']:>4} items, {right}  {role}")
         for grader, figures in entry.get("graders", {}).items():
