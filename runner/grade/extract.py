@@ -437,7 +437,9 @@ class _Python:
             data = self.value(value)
             if isinstance(data, Call) and data.short == "ConfigContainer":
                 self.roots.add(target.id)
-                self.add("", data, node) if False else [self.add(k, v, node) for k, v in data.kwargs if k in SECTIONS]
+                for key, item in data.kwargs:
+                    if key in SECTIONS:
+                        self.add(key, item, node)
                 return
             if isinstance(value, ast.Call) and not isinstance(data, Call):
                 self.roots.add(target.id)  # cfg = some_recipe(): the config the answer edits
