@@ -342,8 +342,11 @@ def test_shipped_calibration_sets_are_complete_and_the_held_out_one_comes_first(
     assert main(["calibrate", "--bundle", str(REPO)]) == 0
     shown = capsys.readouterr().out
     names = [line.split(" set (", 1)[0] for line in shown.splitlines() if " set (" in line]
-    assert names == ["held-out", "dev", "training"]
+    rounds = sorted(p.name for p in (REPO / "evals" / "rounds").iterdir() if p.is_dir())
+    assert rounds and names == ["held-out", *(f"round {r}" for r in rounds), "dev", "training"]
     cases = len(bundle_cases(Bundle(REPO)))
+    for name in rounds:  # each fresh round answers every case twice: one right, one wrong
+        assert f"round {name} set" in shown and f"{cases * 2} labelled answers ({cases} good, {cases} bad)" in shown.split(f"round {name} set", 1)[1].splitlines()[0]
     assert "training set" in shown and f"{cases * 3} labelled answers ({cases} good, {cases * 2} bad)" in shown.split("training set", 1)[1]
 
 
