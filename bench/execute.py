@@ -49,7 +49,10 @@ def admit_everything(root: Path) -> Path:
     shutil.copyfile(REPO / "card.yaml", root / "card.yaml")
     checks = load_checks(bundle_cases(Bundle(root)))
     every = sorted(c.fingerprint(key) for key, found in checks.items() for c in found if c.grader != "check")
-    (root / "evals" / "admissions.yaml").write_text(json.dumps({"rounds": {"bench": {"admitted": every}}}))
+    # figures that clear the bar, so that the scratch admission holds (timing only, never shipped)
+    cleared = {"passes": 20, "fails": 20, "pass_precision": 1.0, "fail_precision": 1.0, "admissible": True}
+    entry = {"figures": {"field": cleared, "execute": cleared}, "admitted_kinds": ["execute", "field"], "admitted": every}
+    (root / "evals" / "admissions.yaml").write_text(json.dumps({"rounds": {"bench": entry}}))
     return root
 
 
