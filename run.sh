@@ -158,12 +158,16 @@ run_evals() {
         "$VENV/bin/mbskills" eval --model "replay:$ROOT/evals/calibration" --conditions baseline,skills,inline --out "$out" --progress plain 2>/dev/null
         local code=0
         "$VENV/bin/mbskills" grade "$out" --fail-under-uplift 0 --min-coverage 0 --min-cases 1 2>"$out/grade.log" || code=$?
-        if [ "$code" != 1 ] || ! grep -q "content uplift skills +0 pts interval undefined" "$out/grade.log"; then
+        # (With no admitted grader deciding content, there is no uplift figure at all: the
+        # gate must still fail, on missing evidence.)
+        if [ "$code" != 1 ] || grep -Eq "content uplift [a-z]+ [+-][1-9]" "$out/grade.log"; then
             cat "$out/grade.log" >&2
-            say "invariant broken: identical answers under every condition must give content uplift 0 and fail the uplift gate (grade exited $code)"
+            say "invariant broken: identical answers under every condition must give no content uplift but 0 and fail the uplift gate (grade exited $code)"
             exit 1
         fi
-        say "invariant holds: identical answers under every condition -> $(grep -o 'content uplift skills +0 pts interval undefined' "$out/grade.log"); grade --fail-under-uplift 0 exits 1"
+        local seen
+        seen="$(grep -o 'content uplift skills +0 pts interval undefined' "$out/grade.log" || echo 'no content uplift figure (nothing decided)')"
+        say "invariant holds: identical answers under every condition -> $seen; grade --fail-under-uplift 0 exits 1"
         # Then a real difference in content: the known-bad recorded answers under baseline,
         # the known-good ones under skills and inline (a demonstration of the grading on
         # labelled answers, not a model's uplift).

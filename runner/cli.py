@@ -516,7 +516,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--answers", help="a folder of labelled answers to measure every written grader on, admitted or not (default: the held-out set and rounds, then dev and training, with the graders that decide)")
     p.add_argument("--out", help="also write the full result as JSON here")
     p.add_argument("--min-kappa", type=float, help="gate: Cohen's kappa of the judge (or of the checks without a judge) below this fails")
-    p.add_argument("--admit", metavar="ROUND", help="measure every field and execute grader once on the fresh held-out round BUNDLE/evals/rounds/ROUND and admit the kinds that meet the bar (precision 98%% on pass and on fail) in BUNDLE/evals/admissions.yaml; a round already measured is refused")
+    p.add_argument("--admit", metavar="ROUND", help="measure every grader (check, field, execute) once on the fresh held-out round BUNDLE/evals/rounds/ROUND and admit the kinds that meet the bar (precision 98%% on pass and on fail) in BUNDLE/evals/admissions.yaml; a round already measured is refused")
     p.add_argument("--all-graders", action="store_true", help="on the default sets too, measure every written grader, admitted or not (never admits anything)")
     p.set_defaults(func=cmd_calibrate)
 

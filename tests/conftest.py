@@ -102,3 +102,31 @@ def repo_server():
     served = ModelServer({c.prompt: CaseInfo(c.key, c.expected_skill, c.expected_script) for c in bundle_cases(Bundle(REPO))}, {}).start()
     yield served
     served.stop()
+
+
+def admit_every_grader(root: Path, kinds: tuple[str, ...] = ("check", "field", "execute")) -> Path:
+    """Write ROOT/evals/admissions.yaml admitting every written grader of those kinds, as a
+    round that cleared the bar would: for tests of what graders decide once admitted (the
+    admission itself is tests/test_admission.py's)."""
+    import yaml
+
+    from runner.load import Bundle, bundle_cases, load_checks
+
+    cases = bundle_cases(Bundle(root))
+    graders = [c.fingerprint(key) for key, found in load_checks(cases).items() for c in found if c.grader in kinds]
+    met = {"items": 40, "decided": 40, "passes": 20, "pass_precision": 1.0, "fails": 20, "fail_precision": 1.0, "admissible": True}
+    entry = {"answers": "evals/rounds/test-fixture", "measured": "2026-12-07T00:00:00Z", "figures": {kind: dict(met) for kind in kinds},
+             "admitted_kinds": list(kinds), "admitted": sorted(graders), "not_admitted": []}
+    path = root / "evals" / "admissions.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump({"rounds": {"test-fixture": entry}}, sort_keys=False))
+    return path
+
+
+@pytest.fixture(scope="session")
+def admitted_repo(tmp_path_factory) -> Path:
+    """A copy of this repository's bundle in which every written grader is admitted: for
+    tests of what the graders decide, whatever the shipped rounds admitted."""
+    root = copy_bundle(tmp_path_factory.mktemp("admitted"))
+    admit_every_grader(root)
+    return root

@@ -1,4 +1,4 @@
-"""Admission by fresh evidence: a field or execute grader decides only after `mbskills
+"""Admission by fresh evidence: a grader (pattern check, field or execute) decides only after `mbskills
 calibrate --admit ROUND` measured it on a held-out round and its kind met the bar on pass
 and on fail; a round is measured once; a grader edited afterwards is a new grader."""
 
@@ -80,6 +80,25 @@ def test_graders_decide_only_once_a_round_admits_them(good_bundle):
     checks = good_bundle / "skills" / "demo-skill" / "evals" / "checks.yaml"
     checks.write_text(CHECKS.replace("equals: fsdp_dtensor", "one_of: [fsdp_dtensor]"))
     assert sorted(g for v in deciding(good_bundle).values() for g in v) == ["execute"]
+
+
+def test_a_pattern_check_decides_only_once_a_round_admits_it_too(good_bundle):
+    # issue 25: "a grader (check, field assertion or scenario) decides only after it has been measured"
+    pattern = f"""\
+demo-1:
+  - behaviour: "{SETS}"
+    must: ['ckpt_format\\W+fsdp_dtensor']
+    must_not: ['torch_dist']
+"""
+    (good_bundle / "skills" / "demo-skill" / "evals" / "checks.yaml").write_text(pattern)
+    make_round(good_bundle, "fresh-1")
+    assert deciding(good_bundle) == {}
+    admitted = cli("calibrate", "--bundle", str(good_bundle), "--admit", "fresh-1")
+    assert admitted.returncode == 0, admitted.stderr
+    assert "round fresh-1: check admitted; 1 graders admitted, 0 not" in admitted.stderr
+    assert "grader check      40 items,   40 decided: precision on pass 100.0% of 20, on fail 100.0% of 20 (meets the bar" in admitted.stdout
+    assert {key.rsplit("demo-", 1)[-1]: graders for key, graders in deciding(good_bundle).items()} == {"1": ["check"]}
+    assert load_admissions(good_bundle / "evals").rounds["fresh-1"]["figures"]["check"]["admissible"] is True
 
 
 def test_a_kind_under_the_bar_is_not_admitted(good_bundle):

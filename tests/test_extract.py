@@ -165,6 +165,29 @@ def test_the_sections_are_those_of_the_installed_config_container():
     assert installed == set(SECTIONS)
 
 
+def test_each_allowed_constructor_is_the_installed_class_of_its_section():
+    import importlib
+
+    from runner.claims import install_te_placeholders, quiet
+    from runner.core.bridge_names import CONFIG_PATH, CONSTRUCTORS, SETTABLE_SECTIONS
+
+    install_te_placeholders()
+    with quiet(stderr=True):
+        from megatron.bridge.training.config import ConfigContainer
+        hints = {f.name: f.type for f in dataclasses.fields(ConfigContainer)}
+        for name, (module, section) in CONSTRUCTORS.items():
+            if module is None:
+                continue
+            cls = getattr(importlib.import_module(module), name)
+            assert dataclasses.is_dataclass(cls), name
+            if section is not None:
+                # the section's declared type names the class (a string annotation or the class)
+                assert name in str(hints[section]), (name, section, hints[section])
+    assert "model" not in SETTABLE_SECTIONS and "comm_overlap" in SETTABLE_SECTIONS
+    assert CONFIG_PATH.match("ddp.bucket_size") and CONFIG_PATH.match("env.NCCL_NVLS_ENABLE") and CONFIG_PATH.match("comm_overlap")
+    assert CONFIG_PATH.match("ddp") and not CONFIG_PATH.match("cfg.ddp.bucket_size") and not CONFIG_PATH.match("bucket_size")
+
+
 @pytest.mark.parametrize(
     "table, expected",
     [

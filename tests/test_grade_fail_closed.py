@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, SENTINEL_KEY
+from conftest import REPO, SENTINEL_KEY, admit_every_grader
 from model_server import CaseInfo, ModelServer
 from runner.cli import main
 from runner.grade.checks import normalise, run_check
@@ -32,12 +32,21 @@ def server(repo_server):  # the scripted models, under the short name the tests 
     return repo_server
 
 
+# The shipped bundle with every grader admitted: these tests are about what graders decide.
+BUNDLE = REPO
+
+
+@pytest.fixture(autouse=True)
+def admitted(admitted_repo, monkeypatch):
+    monkeypatch.setattr(sys.modules[__name__], "BUNDLE", admitted_repo)
+
+
 def replay(out: Path, *extra: str) -> None:
-    assert main(["eval", "--bundle", str(REPO), "--model", f"replay:{CALIBRATION}", "--conditions", "baseline,skills", "--out", str(out), "--progress", "plain", *extra]) == 0
+    assert main(["eval", "--bundle", str(BUNDLE), "--model", f"replay:{CALIBRATION}", "--conditions", "baseline,skills", "--out", str(out), "--progress", "plain", *extra]) == 0
 
 
 def grade(run: Path, *extra: str) -> int:
-    return main(["grade", str(run), "--bundle", str(REPO), "--resamples", "200", *extra])
+    return main(["grade", str(run), "--bundle", str(BUNDLE), "--resamples", "200", *extra])
 
 
 def report_of(run: Path) -> dict:
@@ -74,7 +83,7 @@ def test_a_run_with_records_removed_exits_3_naming_the_counts_and_the_command(tm
 def test_a_run_graded_while_eval_writes_it_is_in_progress(tmp_path, server, capsys):
     server.latency_s = 0.5  # eight records, about 4 s: grading runs well inside that
     run = tmp_path / "run"
-    command = [sys.executable, "-m", "runner.cli", "eval", "--bundle", str(REPO), "--model", "openai:skilled", "--base-url", server.openai_url,
+    command = [sys.executable, "-m", "runner.cli", "eval", "--bundle", str(BUNDLE), "--model", "openai:skilled", "--base-url", server.openai_url,
                "--conditions", "baseline", "--limit", "8", "-j", "1", "--out", str(run), "--no-cache", "--progress", "plain"]
     writer = subprocess.Popen(command, env={**os.environ, "OPENAI_API_KEY": SENTINEL_KEY}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
@@ -98,6 +107,7 @@ def test_a_case_with_one_checked_behaviour_is_ungraded_without_a_judge(tmp_path,
     (good_bundle / "skills/demo-skill/evals/checks.yaml").write_text(
         "".join(f"demo-{i}:\n  - behaviour: Sets cfg.widget.enabled = True.\n    must: ['answer to']\n" for i in range(1, 5))
     )
+    admit_every_grader(good_bundle)
     served = ModelServer({c.prompt: CaseInfo(c.key, c.expected_skill, c.expected_script) for c in bundle_cases(Bundle(good_bundle))}, {"demo-skill": "# Demo skill"}).start()
     try:
         run = tmp_path / "run"
@@ -291,7 +301,7 @@ def test_tokens_and_cost_per_condition_record_and_uplift_point_and_missing_usage
     prices = tmp_path / "prices.yaml"
     prices.write_text("models:\n  - {provider: openai-compatible, match: skilled, input: 2.0, cached_input: 1.0, output: 8.0}\n")
     run = tmp_path / "run"
-    base = ["eval", "--bundle", str(REPO), "--model", "openai:skilled", "--base-url", server.openai_url, "--conditions", "baseline,skills", "--pricing", str(prices), "--no-cache", "--progress", "plain"]
+    base = ["eval", "--bundle", str(BUNDLE), "--model", "openai:skilled", "--base-url", server.openai_url, "--conditions", "baseline,skills", "--pricing", str(prices), "--no-cache", "--progress", "plain"]
     assert main([*base, "--out", str(run)]) == 0
     assert grade(run, "--judge", "openai:judge", "--judge-base-url", server.openai_url, "--no-cache") == 0
     report = report_of(run)

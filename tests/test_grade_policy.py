@@ -1,8 +1,8 @@
-"""The combining policy follows the figures: a pattern-check kind decides a verdict only
-where the held-out set (evals/heldout/, written without looking at the checks) shows it
-right at least MIN_PRECISION of the time, and the checks meet their held-out target. (Field
-and execute graders are admitted by rounds: tests/test_admission.py and
-tests/test_admissions_recorded.py.)"""
+"""The combining policy follows the figures: within the pattern checks, a kind decides a
+verdict only where the held-out set (evals/heldout/, written without looking at the checks)
+shows it right at least MIN_PRECISION of the time, and the checks meet their held-out target.
+(Whether a grader decides at all is its admission by a fresh round: tests/test_admission.py
+and tests/test_admissions_recorded.py.)"""
 
 from __future__ import annotations
 
@@ -24,8 +24,8 @@ NAMES = [d.name for d in BUNDLE.skill_dirs()]
 @pytest.fixture(scope="module")
 def held_out() -> dict:
     labelled = load_labelled(BUNDLE.evals_dir / HELD_OUT, CASES)
-    _, deciding = _cases_and_checks(BUNDLE)  # the graders that decide: pattern checks, and admitted field/execute ones
-    return asyncio.run(calibrate(labelled, NAMES, {k: [c for c in v if c.grader == "check"] for k, v in deciding.items()}, None))
+    _, written = _cases_and_checks(BUNDLE, all_graders=True)  # every pattern check, admitted or not: the kind table is about them
+    return asyncio.run(calibrate(labelled, NAMES, {k: [c for c in v if c.grader == "check"] for k, v in written.items()}, None))
 
 
 def test_the_held_out_set_covers_every_case_three_ways(held_out):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -22,18 +23,27 @@ FSDP, OVERLAP = "nemo-mbridge-perf-megatron-fsdp", "nemo-mbridge-perf-tp-dp-comm
 pytestmark = pytest.mark.usefixtures("sentinel_keys")
 
 
+# The shipped bundle with every grader admitted: these tests are about what graders decide.
+BUNDLE = REPO
+
+
+@pytest.fixture(autouse=True)
+def admitted(admitted_repo, monkeypatch):
+    monkeypatch.setattr(sys.modules[__name__], "BUNDLE", admitted_repo)
+
+
 @pytest.fixture(autouse=True)
 def own_cache(tmp_path, monkeypatch):
     # calibrations are cached under XDG_CACHE_HOME: each test starts with none
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
 
 
-def replay(out: Path, model: str = f"replay:{CALIBRATION}", *extra: str, bundle: Path = REPO) -> int:
-    return main(["eval", "--bundle", str(bundle), "--model", model, "--conditions", "baseline,skills", "--out", str(out), "--progress", "plain", *extra])
+def replay(out: Path, model: str = f"replay:{CALIBRATION}", *extra: str, bundle: Path | None = None) -> int:
+    return main(["eval", "--bundle", str(bundle or BUNDLE), "--model", model, "--conditions", "baseline,skills", "--out", str(out), "--progress", "plain", *extra])
 
 
-def grade(run: Path, *extra: str, bundle: Path = REPO) -> int:
-    return main(["grade", str(run), "--bundle", str(bundle), "--resamples", "200", *extra])
+def grade(run: Path, *extra: str, bundle: Path | None = None) -> int:
+    return main(["grade", str(run), "--bundle", str(bundle or BUNDLE), "--resamples", "200", *extra])
 
 
 def report_of(run: Path) -> dict:
@@ -49,7 +59,7 @@ def lines_of(run: Path) -> list[str]:
 
 def test_identical_answers_under_every_condition_give_content_uplift_zero_and_pass_no_gate(tmp_path, capsys):
     run = tmp_path / "run"
-    assert main(["eval", "--bundle", str(REPO), "--model", f"replay:{CALIBRATION}", "--conditions", "baseline,skills,inline", "--out", str(run), "--progress", "plain"]) == 0
+    assert main(["eval", "--bundle", str(BUNDLE), "--model", f"replay:{CALIBRATION}", "--conditions", "baseline,skills,inline", "--out", str(run), "--progress", "plain"]) == 0
     assert grade(run) == 0
     report = report_of(run)
     for condition in ("skills", "inline"):
@@ -88,7 +98,7 @@ def test_a_second_eval_with_other_trials_or_conditions_on_the_same_out_is_refuse
     capsys.readouterr()
     assert replay(run, f"replay:{CALIBRATION}", "--case", "fsdp-minimal-override", "--trials", "1") == 2
     assert "made by a different command (trials: 2 there, 1 now)" in capsys.readouterr().err
-    assert main(["eval", "--bundle", str(REPO), "--model", f"replay:{CALIBRATION}", "--conditions", "skills", "--case", "fsdp-minimal-override", "--trials", "2", "--out", str(run)]) == 2
+    assert main(["eval", "--bundle", str(BUNDLE), "--model", f"replay:{CALIBRATION}", "--conditions", "skills", "--case", "fsdp-minimal-override", "--trials", "2", "--out", str(run)]) == 2
     assert "(conditions:" in capsys.readouterr().err
     assert (run / "records.jsonl").read_bytes() == before
 
@@ -171,7 +181,7 @@ def test_a_judge_without_a_calibration_decides_no_gate(tmp_path, repo_server, ca
     assert grade(run, *judge) == 0  # no gate: the reports say it, the exit does not
     # a calibration of that judge on this bundle's held-out set, with its kappa, settles it
     calibration = tmp_path / "calibration.json"
-    code = main(["calibrate", "--bundle", str(REPO), "--judge", "openai:judge", "--judge-base-url", repo_server.openai_url, "--no-cache", "--out", str(calibration)])
+    code = main(["calibrate", "--bundle", str(BUNDLE), "--judge", "openai:judge", "--judge-base-url", repo_server.openai_url, "--no-cache", "--out", str(calibration)])
     assert code == 0
     kappa = json.loads(calibration.read_text())["sets"][0]["policy_with_judge"]["kappa"]
     assert json.loads(calibration.read_text())["sets"][0]["name"] == "held-out"
@@ -372,7 +382,7 @@ def test_rather_than_fails_when_the_other_skill_was_activated_first(tmp_path):
     served = ModelServer({c.prompt: CaseInfo(c.key, c.expected_skill, c.expected_script) for c in cases}, {}, script=both).start()
     try:
         run = tmp_path / "run"
-        assert main(["eval", "--bundle", str(REPO), "--model", "openai:any", "--base-url", served.openai_url, "--conditions", "skills", "--case", case.key,
+        assert main(["eval", "--bundle", str(BUNDLE), "--model", "openai:any", "--base-url", served.openai_url, "--conditions", "skills", "--case", case.key,
                      "--out", str(run), "--no-cache", "--progress", "plain"]) == 0
     finally:
         served.stop()
@@ -394,7 +404,7 @@ def test_an_empty_reply_cut_off_by_the_output_limit_is_truncated_and_fails(tmp_p
     if api == "responses":
         model += ["--api", "responses"]
     run = tmp_path / "run"
-    assert main(["eval", "--bundle", str(REPO), *model, "--conditions", "baseline", "--case", "route-none-hf-conversion", "--case", "fsdp-minimal-override",
+    assert main(["eval", "--bundle", str(BUNDLE), *model, "--conditions", "baseline", "--case", "route-none-hf-conversion", "--case", "fsdp-minimal-override",
                  "--out", str(run), "--no-cache", "--progress", "plain", "-j", "1"]) == 0
     records = [json.loads(line) for line in lines_of(run)]
     assert [r["status"] for r in records].count("truncated") == 1
@@ -404,7 +414,7 @@ def test_an_empty_reply_cut_off_by_the_output_limit_is_truncated_and_fails(tmp_p
     assert grades[cut["key"]]["status"] == "truncated" and grades[cut["key"]]["passed"] is False
     assert report_of(run)["health"]["truncated"] == 1
     # and an eval that runs it again keeps it: the model's outcome, not a harness error
-    assert main(["eval", "--bundle", str(REPO), *model, "--conditions", "baseline", "--case", "route-none-hf-conversion", "--case", "fsdp-minimal-override",
+    assert main(["eval", "--bundle", str(BUNDLE), *model, "--conditions", "baseline", "--case", "route-none-hf-conversion", "--case", "fsdp-minimal-override",
                  "--out", str(run), "--no-cache", "--progress", "plain"]) == 0
     assert [json.loads(line)["status"] for line in lines_of(run)].count("truncated") == 1
 

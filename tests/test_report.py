@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -24,7 +25,7 @@ from runner.grade.transcript import routing_outcome
 from runner.report import benchmark_md, gates, junit_xml
 from runner.load import Bundle
 
-from conftest import REPO
+from conftest import REPO, admit_every_grader
 
 CASES = bundle_cases(Bundle(REPO))
 CALIBRATION = REPO / "evals" / "calibration"
@@ -157,10 +158,11 @@ def server(monkeypatch):
 
 
 @pytest.fixture(scope="module")
-def replay_run(tmp_path_factory) -> Path:
-    # the known-bad answers under baseline, the known-good ones under skills: a real difference in content
+def replay_run(tmp_path_factory, admitted_repo) -> Path:
+    # the known-bad answers under baseline, the known-good ones under skills: a real difference
+    # in content, graded with every grader admitted (these tests are about the reports)
     out = tmp_path_factory.mktemp("replay") / "run"
-    assert main(["eval", "--bundle", str(REPO), "--model", f"replay:{CALIBRATION}?baseline=bad-1", "--conditions", "baseline,skills", "--out", str(out), "--progress", "plain"]) == 0
+    assert main(["eval", "--bundle", str(admitted_repo), "--model", f"replay:{CALIBRATION}?baseline=bad-1", "--conditions", "baseline,skills", "--out", str(out), "--progress", "plain"]) == 0
     return out
 
 
@@ -170,8 +172,16 @@ def copy_run(source: Path, tmp_path: Path) -> Path:
     return target
 
 
+BUNDLE = REPO  # the admitted copy (admitted_repo) while a test runs
+
+
+@pytest.fixture(autouse=True)
+def admitted(admitted_repo, monkeypatch):
+    monkeypatch.setattr(sys.modules[__name__], "BUNDLE", admitted_repo)
+
+
 def grade(run: Path, *extra: str) -> int:
-    return main(["grade", str(run), "--bundle", str(REPO), "--resamples", "1000", *extra])
+    return main(["grade", str(run), "--bundle", str(BUNDLE), "--resamples", "1000", *extra])
 
 
 def test_grade_with_a_scripted_judge_writes_four_reports(tmp_path, server, replay_run, capsys):
@@ -202,7 +212,7 @@ def test_grade_with_a_scripted_judge_writes_four_reports(tmp_path, server, repla
             elif b["evidence_found"]:
                 assert (b["verdict"], b["source"]) == (True, "judge")
             else:
-                assert b["source"] in ("check", None) and b["unsupported"]
+                assert b["source"] in ("check", "field", "execute", None) and b["unsupported"]
         # a YES counts only where its quote is in the answer, has substance and shares a term with the behaviour
         assert all(b["evidence_found"] == (b["evidence_problem"] is None) for b in content if b["judge"])
         assert all(b["unsupported"] == (bool(b["judge"]) and not b["evidence_found"]) for b in content)
@@ -221,12 +231,12 @@ def test_gate_exit_codes(tmp_path, replay_run, capsys):
     assert grade(run) == 0  # no gate: the reports say what is ungraded, the exit does not
     report = json.loads((run / "report.json").read_text())
     skills, baseline = report["overall"]["conditions"]["skills"], report["overall"]["conditions"]["baseline"]
-    assert 0 < baseline["coverage"] < skills["coverage"] < 1  # without a judge, checks settle only some answers
+    assert 0 < baseline["coverage"] < 1 and 0 < skills["coverage"] < 1  # without a judge, graders settle only some answers
     uplift = report["overall"]["uplift"]["skills"]
     # any gate demands full coverage unless told otherwise
     assert grade(run, "--fail-under-uplift", "0") == 1
     assert "gate failed: coverage under skills" in capsys.readouterr().err
-    floor = ["--min-coverage", f"{baseline['coverage'] - 0.01}"]
+    floor = ["--min-coverage", f"{min(baseline['coverage'], skills['coverage']) - 0.01}"]
     # an uplift over fewer cases than --min-cases is underpowered, whatever its size
     assert uplift["cases"] < 10 and grade(run, "--fail-under-uplift", "0", *floor) == 1
     assert f"gate failed: underpowered: uplift skills - baseline over {uplift['cases']} cases < --min-cases 10" in capsys.readouterr().err
@@ -241,7 +251,7 @@ def test_gate_exit_codes(tmp_path, replay_run, capsys):
     assert grade(run, "--fail-under-pass", f"{rate - 0.01}", "--min-cases", str(skills["cases_counted"] + 1), *floor) == 1
     assert "gate failed: underpowered: pass rate under skills" in capsys.readouterr().err
     assert grade(run, "--fail-on-regression", *floor) == (1 if uplift["regressed"] else 0)
-    assert grade(run, "--min-coverage", f"{skills['coverage'] + 0.01}") == 1
+    assert grade(run, "--min-coverage", f"{max(baseline['coverage'], skills['coverage']) + 0.01}") == 1
     assert grade(run, "--min-cases", "0") == 2
 
 
@@ -417,6 +427,7 @@ def test_scripted_run_numbers_match_hand_computed_expectations(tmp_path, good_bu
             for i in (5, 6)
         )
     )
+    admit_every_grader(good_bundle)
     cases = bundle_cases(Bundle(good_bundle))
     served = ModelServer({c.prompt: CaseInfo(c.key, c.expected_skill, c.expected_script) for c in cases}, {"demo-skill": "# Demo skill"}).start()
     try:

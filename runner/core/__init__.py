@@ -2,7 +2,7 @@
 whole-file atomic writes and the project's JSON Schemas. Standard library only at import
 (jsonschema loads on the first schema check), so the GPU launcher can import the package."""
 
-from . import defaults
+from . import bridge_names, defaults
 from .atomic import cannot_write, write_all_atomic, write_atomic
 from .errors import EXIT_FINDINGS, EXIT_HARNESS, EXIT_OK, EXIT_USAGE, Finding, HarnessError, LoadError, MbskillsError, UsageError
 from .schemas import SchemaProblem, check_schema, schema
@@ -21,6 +21,7 @@ __all__ = [
     "MbskillsError",
     "SchemaProblem",
     "UsageError",
+    "bridge_names",
     "check_schema",
     "defaults",
     "redact",

@@ -22,30 +22,11 @@ import sys
 import time
 from typing import Any
 
-# Allowed constructors, by the name an answer writes, and where they live.
-CONSTRUCTORS = {
-    "CommOverlapConfig": "megatron.bridge.training.comm_overlap",
-    "TransformerLayerTPOverlapCfg": "megatron.bridge.training.comm_overlap",
-    "BulkOverlapCfg": "megatron.bridge.training.comm_overlap",
-    "PipelineOverlapCfg": "megatron.bridge.training.comm_overlap",
-    "RingExchangeOverlapCfg": "megatron.bridge.training.comm_overlap",
-    "DistributedDataParallelConfig": "megatron.core.distributed",
-    "OptimizerConfig": "megatron.bridge.training.config",
-    "CheckpointConfig": "megatron.bridge.training.config",
-    "TrainingConfig": "megatron.bridge.training.config",
-    "DistributedInitConfig": "megatron.bridge.training.config",
-    "LoggerConfig": "megatron.bridge.training.config",
-    "SchedulerConfig": "megatron.bridge.training.config",
-    "RNGConfig": "megatron.bridge.training.config",
-    "ProfilingConfig": "megatron.bridge.training.config",
-    "TokenizerConfig": "megatron.bridge.training.config",
-    "ValidationConfig": "megatron.bridge.training.config",
-    "MixedPrecisionConfig": "megatron.bridge.training.mixed_precision",
-}
+from ..core import MbskillsError, bridge_names
+
+# Allowed constructors, by the name an answer writes, and the module each lives in.
+CONSTRUCTORS = {name: module for name, (module, _section) in bridge_names.CONSTRUCTORS.items() if module}
 NAME_ROOTS = ("torch", "megatron")
-
-
-from ..core import MbskillsError
 
 
 class Refused(MbskillsError):

@@ -38,6 +38,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..core import bridge_names
+
 _CONTRACTIONS = {
     "can't": "cannot", "won't": "will not", "shan't": "shall not", "isn't": "is not", "aren't": "are not",
     "wasn't": "was not", "weren't": "were not", "doesn't": "does not", "don't": "do not", "didn't": "did not",
@@ -143,23 +145,10 @@ def normalise(answer: str) -> str:
 
 # -- facts ---------------------------------------------------------------------------------
 
-# The sections of Megatron-Bridge's ConfigContainer (0.6.2; tests/test_extract.py holds this
-# against the installed class), and what a path may start with.
-SECTIONS = frozenset({
-    "env_vars", "rng", "rerun_state_machine", "train", "model", "optimizer", "optimizer_config_override_provider", "ddp",
-    "validation", "scheduler", "dataset", "logger", "tokenizer", "checkpoint", "dist", "ft", "straggler", "nvrx_straggler",
-    "profiling", "peft", "comm_overlap", "mixed_precision", "tensor_inspect", "inprocess_restart",
-})
 ENV = "env"  # facts about environment variables: env.NAME
 # Constructors whose keyword arguments are data, and the section an instance stands for.
-CONSTRUCTORS = {
-    "CommOverlapConfig": "comm_overlap", "DistributedDataParallelConfig": "ddp", "OptimizerConfig": "optimizer",
-    "CheckpointConfig": "checkpoint", "TrainingConfig": "train", "DistributedInitConfig": "dist", "LoggerConfig": "logger",
-    "SchedulerConfig": "scheduler", "MixedPrecisionConfig": "mixed_precision", "RNGConfig": "rng", "ProfilingConfig": "profiling",
-    "TokenizerConfig": "tokenizer", "ValidationConfig": "validation", "GPTModelProvider": "model", "GPTProvider": "model",
-    "TransformerLayerTPOverlapCfg": None, "BulkOverlapCfg": None, "PipelineOverlapCfg": None, "RingExchangeOverlapCfg": None,
-    "ConfigContainer": None, "dict": None,
-}
+SECTIONS = bridge_names.SECTIONS
+CONSTRUCTORS = {name: section for name, (_module, section) in bridge_names.CONSTRUCTORS.items()}
 ALLOWED_IMPORT_ROOTS = frozenset({"megatron", "torch", "transformer_engine", "os", "dataclasses", "functools", "typing", "math", "logging", "copy", "omegaconf", "nvidia_resiliency_ext", "__future__"})
 # Calls that reach the system, whatever their arguments.
 REFUSED_CALLS = frozenset({"open", "exec", "eval", "compile", "__import__", "input", "breakpoint", "getattr", "setattr", "delattr", "globals", "locals", "vars", "importlib.import_module"})

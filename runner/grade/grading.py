@@ -98,9 +98,9 @@ class _Executor:
 
 
 def _cases_and_checks(bundle: Bundle, *, all_graders: bool = False) -> tuple[list[Case], dict[str, list[Check]]]:
-    """The cases and the graders that decide: pattern checks from checks.yaml, and field
-    and execute graders only where a fresh held-out round admitted them (all of them with
-    `all_graders`, to measure them)."""
+    """The cases and the graders that decide: pattern checks, field and execute graders
+    alike, only where a fresh held-out round admitted them (all of them with `all_graders`,
+    to measure them)."""
     cases = bundle_cases(bundle)
     checks = load_checks(cases)  # a bad sidecar: LoadError, one line with file and line
     if all_graders:
@@ -109,7 +109,7 @@ def _cases_and_checks(bundle: Bundle, *, all_graders: bool = False) -> tuple[lis
         admitted = load_admissions(bundle.evals_dir).admitted
     except LoadError as error:
         raise UsageError(error.one_line()) from None
-    return cases, {key: [c for c in found if c.grader == "check" or c.fingerprint(key) in admitted] for key, found in checks.items()}
+    return cases, {key: [c for c in found if c.fingerprint(key) in admitted] for key, found in checks.items()}
 
 
 @dataclass
@@ -198,8 +198,8 @@ def calibrate_bundle(bundle: Bundle, options: JudgeOptions, *, answers: Path | N
     `all_graders`) and the judge, and score them against the labels: `answers` alone, else
     the held-out set (BUNDLE/evals/heldout) and the fresh rounds (BUNDLE/evals/rounds/*)
     first, then the tuning sets (BUNDLE/evals/dev, BUNDLE/evals/calibration). With `admit`,
-    the one round BUNDLE/evals/rounds/ADMIT measures every field and execute grader once and
-    admits those of each kind that met the bar there (runner/load/admissions.py)."""
+    the one round BUNDLE/evals/rounds/ADMIT measures every written grader once and admits
+    those of each kind that met the bar there (runner/load/admissions.py)."""
     admissions = None
     if admit is not None:
         try:
@@ -243,18 +243,18 @@ def calibrate_bundle(bundle: Bundle, options: JudgeOptions, *, answers: Path | N
 
 
 def _admit(admissions, name: str, bundle: Bundle, labelled: list, checks: dict[str, list[Check]], measured: dict) -> dict:
-    """Record a round's measurement: every field and execute grader of a case the round
+    """Record a round's measurement: every grader (check, field, execute) of a case the round
     answers is measured; those of a kind that met the bar on pass and on fail are admitted."""
     import datetime
 
     import yaml
 
     answered = {entry.case.key for entry in labelled}
-    graders = [(key, c) for key, found in checks.items() if key in answered for c in found if c.grader in ("field", "execute")]
-    kinds_ok = {grader: figures["admissible"] for grader, figures in measured["graders"].items() if grader in ("field", "execute")}
+    graders = [(key, c) for key, found in checks.items() if key in answered for c in found]
+    kinds_ok = {grader: figures["admissible"] for grader, figures in measured["graders"].items() if figures["items"]}
     admitted = sorted(c.fingerprint(key) for key, c in graders if kinds_ok.get(c.grader))
     refused = sorted(c.fingerprint(key) for key, c in graders if not kinds_ok.get(c.grader))
-    figures = {grader: {k: measured["graders"][grader][k] for k in ("items", "decided", "passes", "pass_precision", "fails", "fail_precision", "admissible")} for grader in ("field", "execute")}
+    figures = {grader: {k: measured["graders"][grader][k] for k in ("items", "decided", "passes", "pass_precision", "fails", "fail_precision", "admissible")} for grader in kinds_ok}
     entry = {
         "answers": (bundle.evals_dir / ROUNDS / name).relative_to(bundle.root).as_posix(),
         "measured": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),

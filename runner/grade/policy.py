@@ -1,7 +1,8 @@
-"""The combining policy: which verdicts decide a behaviour. A grader's verdict decides only
-where the held-out calibration set (evals/heldout/, written without looking at the checks)
-shows it reliable; `tests/test_grade_policy.py` holds this table against those figures, and
-docs/grading.md quotes them.
+"""The combining policy: which verdicts decide a behaviour. A grader decides only once a fresh
+held-out round admitted it (ADMIT_PRECISION on pass and on fail over ADMIT_MIN_DECIDED
+verdicts each; runner/load/admissions.py, docs/grading.md); within an admitted grader, only
+the kinds below that the held-out set (evals/heldout/) shows reliable decide, which
+`tests/test_grade_policy.py` holds against those figures.
 
 - transcript: decides process behaviours (which skills were read), and only those.
 - check, by kind (runner/grade/checks.py): a tripwire or a reversed statement is a definite
@@ -13,8 +14,7 @@ docs/grading.md quotes them.
 - field assertion (runner/grade/fields.py): field-set passes, field-other fails,
   field-missing and field-clear decide nothing.
 - execute (runner/grade/executed.py): execute-pass and execute-fail decide; ungraded is
-  ungraded. Field and execute graders were admitted on a fresh held-out round
-  (ADMIT_PRECISION on pass and on fail over ADMIT_MIN_DECIDED verdicts each; docs/grading.md).
+  ungraded.
 - judge: NO decides; YES decides only with its quote found in the answer (else the verdict
   is `unsupported` and counts for nothing); a definite check fail outranks a judge YES.
 """
@@ -41,12 +41,11 @@ POSITIVE = (PRESENCE, FIELD_SET, EXEC_PASS)  # a decided pass: the answer says s
 # passes: beside a positive it was right 95.9% and 95.8% of the time on rounds admit-1 and
 # admit-2, under the bar a deciding kind must clear.
 CLEARS = (CLEAR,)
-# A kind that decides must have at least this precision on the held-out set.
-MIN_PRECISION = 0.9
-# The field and execute graders decide only with ADMIT_PRECISION on pass and on fail, each
-# over ADMIT_MIN_DECIDED verdicts, on a fresh held-out round they were not written against
-# (runner/load/admissions.py).
+# Within an admitted grader, a kind that decides must have at least this precision on the
+# held-out set; the grader itself decides only with ADMIT_PRECISION on pass and on fail, each
+# over ADMIT_MIN_DECIDED verdicts, on a fresh round it was not written against.
 from ..load import ADMIT_MIN_DECIDED, ADMIT_PRECISION  # noqa: E402
+MIN_PRECISION = 0.9
 DEFINITE_FAILS = (TRIPWIRE, REVERSED)
 
 

@@ -15,7 +15,7 @@ from .executed import Observe, run_execute
 from .extract import extract
 from .fields import run_fields
 from .judge import Judge, JudgeError
-from .policy import DEFINITE_FAILS, check_verdicts
+from .policy import DEFINITE_FAILS, SAYS, check_verdicts
 from .transcript import activations, grade_process, process_behaviour, routing_outcome, script_use
 from .types import CONTENT, GRADED, JUDGE_ERROR, PROCESS, PROCESS_ONLY, RECORD_ERROR, TRUNCATED, TURN_LIMIT, UNGRADED, BehaviourGrade, Correctness, RecordGrade
 
@@ -46,8 +46,6 @@ def _final(items: list[BehaviourGrade], nothing: str | None) -> None:
 async def run_grader(check: Check, answer: str, facts, observe: Observe | None) -> tuple[bool | None, str, str]:
     """(what it says, kind, why) of one behaviour's grader: patterns, field assertions, or
     an execute scenario (ungraded without a worker to run it)."""
-    from .policy import SAYS
-
     if check.grader == "field":
         kind, why = run_fields(check.fields, facts)
     elif check.grader == "execute":

@@ -1,4 +1,5 @@
-"""Which field and execute graders may decide: `evals/admissions.yaml`, written only by
+"""Which graders (pattern checks, field assertions, execute scenarios) may decide:
+`evals/admissions.yaml`, written only by
 `mbskills calibrate --admit ROUND` after measuring every grader on a fresh held-out round
 (`evals/rounds/ROUND/<owner>/<id>.held-N.md`, answers written by people who saw the cases
 and skills, never the graders).
@@ -15,7 +16,8 @@ and skills, never the graders).
 A grader is named by a fingerprint of its case, behaviour and whole specification, so a
 grader edited after its admission is a new grader and decides nothing until a fresh round
 admits it. A round is measured once: admitting from a round already in the file is refused.
-Pattern checks keep their own rule (checks.yaml admitted, checks.proposed.yaml not read)."""
+Rounds admit-1 to admit-3 measured field and execute graders only; from admit-4 on every
+grader of checks.yaml is measured, pattern checks included (checks.proposed.yaml is never read)."""
 
 from __future__ import annotations
 

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..core import Finding, LoadError
+from ..core import Finding, LoadError, bridge_names
 from .cases import Case
 from .parsing import load_yaml, read_text
 from .skills import EVALS_FILE
@@ -144,8 +144,6 @@ def sidecar_for(evals_path: Path) -> Path:
     return evals_path.with_name(f"{evals_path.stem}.checks.yaml")
 
 
-# A config path as a sidecar names it: a ConfigContainer section and its fields, or env.NAME.
-_PATH_RE = re.compile(r"^(?:env\.[A-Za-z_]\w*|[a-z_]\w*(?:\.[A-Za-z_]\w*)+|comm_overlap|mixed_precision|peft|ddp|optimizer|checkpoint|train|model|dist)$")
 _FIELD_OPS = ("equals", "not_equals", "one_of", "absent", "never", "includes", "excludes", "constructs")
 _SCENARIO_KEYS = {"world_size": int, "tp": int, "pp": int, "vpp": (int, type(None)), "sp": bool, "set": dict, "env": dict}
 _EXPECT_KEYS = ("passes", "raises", "fields", "warns")
@@ -153,10 +151,6 @@ _EXPECT_KEYS = ("passes", "raises", "fields", "warns")
 
 def _scalar_ok(value: Any) -> bool:
     return value is None or isinstance(value, (bool, int, float, str))
-
-
-# Sections a scenario may set whole, to a constructor ({call: CommOverlapConfig, kwargs: {...}}) or a preset name.
-_SECTION_NAMES = frozenset({"comm_overlap", "mixed_precision", "ddp", "optimizer", "checkpoint", "train", "dist", "logger", "scheduler", "rng", "profiling", "tokenizer", "validation"})
 
 
 def _constructor_ok(value: Any) -> bool:
@@ -172,10 +166,10 @@ def _field_rules(entry: dict) -> tuple[tuple[FieldRule, ...] | None, str | None]
             return None, "'fields' maps config paths to the values they must equal, with nothing else beside it"
         rules = []
         for path, value in table.items():
-            if isinstance(value, list) and value and all(_scalar_ok(v) for v in value) and isinstance(path, str) and _PATH_RE.match(path):
+            if isinstance(value, list) and value and all(_scalar_ok(v) for v in value) and isinstance(path, str) and bridge_names.CONFIG_PATH.match(path):
                 rules.append(FieldRule(path, "one_of", tuple(value)))  # a list: any of these values
                 continue
-            if not isinstance(path, str) or not _PATH_RE.match(path) or not _scalar_ok(value):
+            if not isinstance(path, str) or not bridge_names.CONFIG_PATH.match(path) or not _scalar_ok(value):
                 return None, f"fields: {path!r} must be a config path (section.field or env.NAME) with a scalar value or a list of them"
             rules.append(FieldRule(path, "equals", value))
         return tuple(rules), None
@@ -185,7 +179,7 @@ def _field_rules(entry: dict) -> tuple[tuple[FieldRule, ...] | None, str | None]
         return None, "'field' needs exactly one of equals, not_equals, never, one_of, includes, excludes, constructs, absent: true (and optionally code_only: true)"
     if "code_only" in entry and not isinstance(entry["code_only"], bool):
         return None, "code_only: true or false"
-    if not isinstance(path, str) or not _PATH_RE.match(path):
+    if not isinstance(path, str) or not bridge_names.CONFIG_PATH.match(path):
         return None, f"field: {path!r} is not a config path (section.field or env.NAME)"
     op, value = ops[0], entry[ops[0]]
     if op == "absent" and value is not True:
@@ -213,7 +207,7 @@ def _scenario(entry: dict) -> tuple[Scenario | None, str | None]:
         if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
             return None, f"execute.scenario.{key}: wrong type"
     for path, value in (scenario.get("set") or {}).items():
-        if not isinstance(path, str) or not (_PATH_RE.match(path) or path in _SECTION_NAMES) or path.startswith("env.") or not (_scalar_ok(value) or _constructor_ok(value)):
+        if not isinstance(path, str) or not (bridge_names.CONFIG_PATH.match(path) or path in bridge_names.SETTABLE_SECTIONS) or path.startswith("env.") or not (_scalar_ok(value) or _constructor_ok(value)):
             return None, f"execute.scenario.set: {path!r} must be a config path (or a section) with a scalar value or {{call: Name, kwargs: {{...}}}}"
     if not all(isinstance(k, str) and isinstance(v, (str, int)) for k, v in (scenario.get("env") or {}).items()):
         return None, "execute.scenario.env: names to string values"
@@ -232,7 +226,7 @@ def _scenario(entry: dict) -> tuple[Scenario | None, str | None]:
             except re.error as exc:
                 return None, f"execute.expect.{key}: {exc}"
     table = expect.get("fields", {})
-    if not isinstance(table, dict) or not all(isinstance(p, str) and _PATH_RE.match(p) and not p.startswith("env.") and _scalar_ok(v) for p, v in table.items()):
+    if not isinstance(table, dict) or not all(isinstance(p, str) and bridge_names.CONFIG_PATH.match(p) and not p.startswith("env.") and _scalar_ok(v) for p, v in table.items()):
         return None, "execute.expect.fields: config paths to scalar values"
     return Scenario(
         world_size=scenario.get("world_size", 8), tp=scenario.get("tp", 1), pp=scenario.get("pp", 1), vpp=scenario.get("vpp"), sp=scenario.get("sp", False),
