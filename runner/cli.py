@@ -247,6 +247,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     result = calibrate_bundle(_bundle(args), _judge_options(args), answers=Path(args.answers) if args.answers else None, admit=args.admit, all_graders=args.all_graders or bool(args.answers))
     for line in calibration_lines(result):
         print(line)
+    if not args.all_graders and not args.answers and not args.admit and not any(g["items"] for entry in result["sets"] for g in entry.get("graders", {}).values()):
+        say("no grader decides: none is admitted in the bundle's evals/admissions.yaml (measure every written one with --all-graders; admit with --admit ROUND on a fresh round)")
     if result.get("admission"):
         admission = result["admission"]
         kinds = ", ".join(f"{kind} {'admitted' if ok else 'not admitted'}" for kind, ok in admission["kinds"].items())

@@ -101,6 +101,16 @@ demo-1:
     assert load_admissions(good_bundle / "evals").rounds["fresh-1"]["figures"]["check"]["admissible"] is True
 
 
+def test_calibrate_says_when_no_grader_decides(good_bundle):
+    (good_bundle / "skills" / "demo-skill" / "evals" / "checks.yaml").write_text(CHECKS)
+    make_round(good_bundle, "fresh-1")
+    plain = cli("calibrate", "--bundle", str(good_bundle))
+    assert plain.returncode == 0, plain.stderr
+    assert "no grader decides: none is admitted" in plain.stderr and "grader field" not in plain.stdout
+    every = cli("calibrate", "--bundle", str(good_bundle), "--all-graders")
+    assert every.returncode == 0 and "no grader decides" not in every.stderr and "grader field      40 items" in every.stdout
+
+
 def test_a_kind_under_the_bar_is_not_admitted(good_bundle):
     (good_bundle / "skills" / "demo-skill" / "evals" / "checks.yaml").write_text(CHECKS.split("demo-2:")[0])
     make_round(good_bundle, "fresh-1", mislabel=True)  # the good answers labelled failing
