@@ -51,11 +51,11 @@ def test_bad_arms_are_refused_in_one_line(tmp_path, capsys, conditions, message)
     assert not (tmp_path / "run" / "records.jsonl").exists()
 
 
-def test_the_flip_rate_of_an_a_a_arm_is_reported(tmp_path, capsys):
+def test_the_flip_rate_of_an_a_a_arm_is_reported(tmp_path, capsys, admitted_repo):  # graded with every grader admitted
     run = tmp_path / "run"
     # the second baseline arm answers with the known-good set: every counted case flips
     spec = f"replay:{CALIBRATION}?baseline=bad-1&baseline@2=bad-1"
-    assert main(["eval", "--bundle", str(REPO), "--model", spec, "--conditions", "baseline,baseline@2", "--case", "nemo-mbridge-perf-tp-dp-comm-overlap/*", "--out", str(run), "--progress", "plain"]) == 0
+    assert main(["eval", "--bundle", str(admitted_repo), "--model", spec, "--conditions", "baseline,baseline@2", "--case", "nemo-mbridge-perf-tp-dp-comm-overlap/*", "--out", str(run), "--progress", "plain"]) == 0
     assert main(["grade", str(run), "--min-cases", "1"]) == 0
     noise = json.loads((run / "report.json").read_text())["overall"]["noise"]["baseline@2"]
     assert noise["of"] == "baseline" and noise["pairs"] >= 1 and noise["flips"] == 0 and noise["rate"] == 0  # the same answers: no flip
@@ -68,7 +68,7 @@ def test_the_flip_rate_of_an_a_a_arm_is_reported(tmp_path, capsys):
         if path.name.count(".") == 1:  # the known-good answer, under a variant name of its own
             answers.joinpath(path.stem + ".good.md").write_bytes(path.read_bytes())
     spec = f"replay:{tmp_path / 'answers'}?baseline=bad-1&baseline@2=good"  # the second arm answers with the known-good set
-    assert main(["eval", "--bundle", str(REPO), "--model", spec, "--conditions", "baseline,baseline@2", "--case", "nemo-mbridge-perf-tp-dp-comm-overlap/*", "--out", str(flipped), "--progress", "plain"]) == 0
+    assert main(["eval", "--bundle", str(admitted_repo), "--model", spec, "--conditions", "baseline,baseline@2", "--case", "nemo-mbridge-perf-tp-dp-comm-overlap/*", "--out", str(flipped), "--progress", "plain"]) == 0
     capsys.readouterr()
     assert main(["grade", str(flipped), "--min-cases", "1"]) == 0
     report = json.loads((flipped / "report.json").read_text())
@@ -108,10 +108,10 @@ def test_inline_placebo_puts_an_equally_long_decoy_where_inline_puts_the_skill()
     assert setup("inline-placebo", none, SKILLS) == setup("baseline", none, SKILLS)
 
 
-def test_the_report_separates_content_from_context(tmp_path, capsys):
+def test_the_report_separates_content_from_context(tmp_path, capsys, admitted_repo):  # graded with every grader admitted
     run = tmp_path / "run"
     spec = f"replay:{CALIBRATION}?baseline=bad-1&inline-placebo=bad-1"
-    assert main(["eval", "--bundle", str(REPO), "--model", spec, "--conditions", "baseline,inline,inline-placebo", "--case", "nemo-mbridge-perf-tp-dp-comm-overlap/*", "--out", str(run), "--progress", "plain"]) == 0
+    assert main(["eval", "--bundle", str(admitted_repo), "--model", spec, "--conditions", "baseline,inline,inline-placebo", "--case", "nemo-mbridge-perf-tp-dp-comm-overlap/*", "--out", str(run), "--progress", "plain"]) == 0
     capsys.readouterr()
     assert main(["grade", str(run), "--min-cases", "1"]) == 0
     placebo = json.loads((run / "report.json").read_text())["overall"]["placebo"]
