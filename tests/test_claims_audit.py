@@ -1,5 +1,5 @@
-"""The four statements an audit found misleading and the three it found imprecise (0.6.2 /
-megatron-core 0.19.2): each old wording put back in its section fails its check against the
+"""The four statements an audit found misleading, the three it found imprecise, and the wrong
+one census round 3's reviewers found (0.6.2 / megatron-core 0.19.2): each old wording put back in its section fails its check against the
 real library, and a reading of the new wording with the old fact in it is contradicted."""
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ OLD = {
     'fsdp-validate-side-effects': (MEGATRON_FSDP, '`ConfigContainer.validate()` finishes the job: for a config with either FSDP flag set,\nit sets **both** `cfg.dist.use_megatron_fsdp` and `cfg.ddp.use_megatron_fsdp` to True\nand turns the distributed optimizer on (`cfg.ddp.use_distributed_optimizer` and\n`cfg.optimizer.use_distributed_optimizer`). There is no need to set those by hand; they\nfollow from the override.'),
     'fsdp-nccl-ub': (MEGATRON_FSDP, "**NCCL user buffers.** With `cfg.ddp.nccl_ub=True`, Bridge's validation turns on\n`cfg.ddp.fsdp_manual_registration` (Bridge then registers the buffers once, after the first\ntraining step) but leaves `cfg.ddp.fsdp_double_buffer` as it is, False by default; the\nMegatron-LM command line sets both. Megatron FSDP turns the double buffer on itself: its\nparameter buffer sets `fsdp_double_buffer = True` as it is built with user buffers, before\nthe check that user buffers need it. Manual registration without user buffers fails\nvalidation: `cfg.ddp.fsdp_manual_registration=True` alone raises\n`AssertionError: DDP.fsdp_manual_registration requires DDP.nccl_ub!`. User buffers alone are\nenough:\n\n```python\ncfg.ddp.nccl_ub = True\n```"),
     'overlap-optimizer-step-gather': (OVERLAP, '**`overlap_param_gather_with_optimizer_step` stays off unless you pass it to\n`CommOverlapConfig`.** It is a field of `OptimizerConfig` (`cfg.optimizer`), not of\n`DistributedDataParallelConfig`. With the distributed optimizer, `setup()` writes `False` to\nit; the line that would turn it on for PP > 1 with VPP > 1 is commented out under "Currently\ndisabled due to an issue with checkpointing". Passing\n`overlap_param_gather_with_optimizer_step=True` to `CommOverlapConfig` survives\n`runtime_config_update()`, and Bridge hands the value to `_ddp_wrap`, which then disables\nbucketing for every model chunk.'),
+    # census round 3's W: a preset's name is never checked against the run
+    'overlap-tp-ub-shape': (OVERLAP, "**The buffers are sized from the run's shape.** Bridge's `_initialize_tp_communicators`\npasses Transformer Engine's `initialize_ub` the shape\n`[(model_config.seq_length * micro_batch_size) // model_config.context_parallel_size, model_config.hidden_size]`,\nso a preset only fits the hidden size, micro-batch size and sequence length it was\nwritten for. How fast the overlap runs is decided inside Transformer Engine."),
     'overlap-precision-knobs': (OVERLAP, '**Precision knobs live in mixed precision.** `grad_reduce_in_fp32` and\n`fp8_param_gather` are fields of `MixedPrecisionConfig` (`cfg.mixed_precision`).\nDuring `runtime_config_update`, its `setup()` copies them onto the DDP config, so a value\nset only on `cfg.ddp` is overwritten by the mixed-precision recipe\'s value. Recipes built\non `_pretrain_common()` leave `cfg.mixed_precision` as the preset\'s name,\n`"bf16_mixed"`, which `runtime_config_update` turns into the object later, so setting a\nfield on it straight away raises `AttributeError`. Resolve it first:\n\n```python\nfrom megatron.bridge.training.mixed_precision import get_mixed_precision_config\n\ncfg.mixed_precision = get_mixed_precision_config(cfg.mixed_precision)  # name -> MixedPrecisionConfig\ncfg.mixed_precision.grad_reduce_in_fp32 = False\n```'),}
 
 
@@ -73,6 +75,8 @@ def test_the_old_wording_fails_its_check(checks, tmp_path: Path, claim_id: str):
         (MEGATRON_FSDP, "fsdp-validate-side-effects", "is already\nTrue.", "is already\nFalse.", "does not set"),
         # a GPU count taken from the project's own run instead of Bridge's TP threshold
         (OVERLAP, "overlap-gpu-tp-overlap", "needs at least 2 GPUs", "needs at least 4 GPUs", "Bridge keeps tp_comm_overlap from TP=4, not exactly from there"),
+        # a recipe running a preset named for TP=4 at TP=4 would show nothing about names
+        (OVERLAP, "overlap-tp-ub-shape", "sets `tensor_model_parallel_size` to 8", "sets `tensor_model_parallel_size` to 4", "named for another TP"),
     ],
 )
 def test_the_new_wording_with_the_old_fact_is_contradicted(checks, tmp_path: Path, skill: str, claim_id: str, new: str, wrong: str, because: str):

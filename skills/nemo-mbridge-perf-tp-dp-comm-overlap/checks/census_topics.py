@@ -423,7 +423,12 @@ def tp_cfg_structure(ctx: Context) -> None:
     names = [n.strip().strip("`") for n in r.names.replace(" and ", ", ").split(",")]
     fields = [f.name for f in dataclasses.fields(getattr(_co(), r.cls))]
     ctx.expect(names == fields and len(fields) == r.n, f"{r.cls} has fields {fields}")
-    s = ctx.read("Each holds a `{bulk:code}` (method `{m1:code}`), a `{ring:code}` (method `{m2:code}`) or a `{pipe:code}` (method `{m3:code}`, the only one with `{splits:code}`).")
+    s = ctx.read("Each holds a `{bulk:code}` (method `{m1:code}`), a `{ring:code}` (method `{m2:code}`) or a `{pipe:code}` (method `{m3:code}`, the only one with `{splits:code}`), or `{none:code}` for a GEMM left without overlap, as the {k:int} LoRA presets leave `{w1:code}` and `{w2:code}`.")
+    presets = {n: v for n, v in vars(_co()).items() if isinstance(v, getattr(_co(), r.cls))}
+    kinds = {type(getattr(v, f)).__name__ for v in presets.values() for f in fields}
+    ctx.expect(kinds == {s.bulk, s.ring, s.pipe, type(literal(s.none)).__name__}, f"the presets' fields hold {sorted(kinds)}")
+    empty = {n: sorted(f for f in fields if getattr(v, f) is None) for n, v in presets.items() if any(getattr(v, f) is None for f in fields)}
+    ctx.expect(len(empty) == s.k and all(n.endswith("_lora") for n in empty) and all(e == sorted([s.w1, s.w2]) for e in empty.values()), f"presets with empty fields: {empty}")
     for cls, method in ((s.bulk, s.m1), (s.ring, s.m2), (s.pipe, s.m3)):
         defaults = {f.name: f.default for f in dataclasses.fields(getattr(_co(), cls))}
         ctx.expect(defaults.get("method") == literal(method), f"{cls}.method defaults to {defaults.get('method')!r}")
@@ -458,15 +463,40 @@ def tp_preset_catalog(ctx: Context) -> None:
 
 @claim("overlap-tp-ub-shape")
 def tp_ub_shape(ctx: Context) -> None:
-    ctx.says("**The buffers are sized from the run's shape.**")
-    r = ctx.read("Bridge's `{fn:code}` passes Transformer Engine's `{ub:code}` the shape `{shape:code}`, so a preset only fits the hidden size, micro-batch size and sequence length it was written for.")
+    ctx.says("**The buffers are sized from the run's shape, not from the preset.**")
+    r = ctx.read("Bridge's `{fn:code}` passes Transformer Engine's `{ub:code}` the shape `{shape:code}`.")
     dotted = f"megatron.bridge.training.initialize.{r.fn}"
     tree = ast.parse(textwrap.dedent(_source(dotted)))
     shapes = [ast.unparse(n.value) for n in ast.walk(tree) if isinstance(n, ast.Assign) and ast.unparse(n.targets[0]) == "input_shape"]
     ctx.expect(shapes == [ast.unparse(ast.parse(r.shape).body[0].value)], f"{r.fn} builds the shape {shapes}")
     calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and ast.unparse(n.func) == r.ub]
     ctx.expect(calls and all(any(k.arg == "shape" and ast.unparse(k.value) == "input_shape" for k in c.keywords) for c in calls), f"{r.fn} does not pass the shape to {r.ub}")
-    ctx.says("How fast the overlap runs is decided inside Transformer Engine.")
+    # A preset carries no shape: its fields are GEMM names whose values say only how to overlap.
+    p = ctx.read("A preset, a `{cls:code}`, holds only how each of its {n:int} GEMMs overlaps, with no field for the hidden size, TP size, micro-batch size or sequence length, so a preset named for another shape still runs: Bridge's own `{recipe:code}` sets `{field:code}` to {tp:int} and uses `{preset:code}`.")
+    co = _co()
+    cls = getattr(co, p.cls)
+    fields = [f.name for f in dataclasses.fields(cls)]
+    ctx.expect(len(fields) == p.n and all(f.split("_")[-1] in ("fprop", "dgrad", "wgrad") for f in fields), f"{p.cls} has the fields {fields}")
+    per_gemm = {f.name for c in (co.BulkOverlapCfg, co.PipelineOverlapCfg, co.RingExchangeOverlapCfg) for f in dataclasses.fields(c)}
+    shape_words = ("hidden", "seq", "tensor", "tp_size", "micro", "batch", "mbs")
+    ctx.expect(not [f for f in per_gemm | set(fields) if any(w in f for w in shape_words)], f"a preset field names a shape: {sorted(per_gemm)}")
+    ctx.expect(isinstance(getattr(co, p.preset), cls) and "_tp4_" in p.preset and p.tp != 4, f"{p.preset} is not a {p.cls} named for another TP")
+    recipe = next(n for n in ast.walk(_recipe_tree(p.recipe)) if isinstance(n, ast.FunctionDef) and n.name == p.recipe)
+    sets = {ast.unparse(n.targets[0]): ast.unparse(n.value) for n in ast.walk(recipe) if isinstance(n, ast.Assign) and len(n.targets) == 1}
+    ctx.expect(sets.get(f"cfg.model.{p.field}") == str(p.tp), f"{p.recipe} sets {p.field} to {sets.get(f'cfg.model.{p.field}')}")
+    used = [k for n in ast.walk(recipe) if isinstance(n, ast.Call) and ast.unparse(n.func) == "CommOverlapConfig" for k in n.keywords if k.arg == "tp_comm_overlap_cfg"]
+    ctx.expect([ast.unparse(k.value) for k in used] == [p.preset], f"{p.recipe} passes {[ast.unparse(k.value) for k in used]} to CommOverlapConfig")
+    ctx.says("A preset's name says what it was tuned for.", "How fast the overlap runs is decided inside Transformer Engine.")
+
+
+def _recipe_tree(name: str) -> ast.AST:
+    """The module of Bridge's recipes that defines `name` (read, not run: recipes fetch Hugging Face configs)."""
+    root = Path(importlib.util.find_spec("megatron.bridge.recipes").origin).parent
+    for path in sorted(root.rglob("*.py")):
+        text = path.read_text("utf-8")
+        if f"def {name}(" in text:
+            return ast.parse(text)
+    raise ClaimFailed(f"no Bridge recipe defines {name}")
 
 
 @claim("overlap-tp-cfg-yaml")
