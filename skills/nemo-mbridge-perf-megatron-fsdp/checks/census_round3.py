@@ -19,21 +19,20 @@ import contextlib
 import importlib.metadata
 import importlib.util
 import inspect
-import os
 import re
 import types
 from pathlib import Path
 from typing import Any, Callable
 from unittest import mock
 
-from runner.claims.kit import Context, assignment, claim, comparison, function_source, get_field, literal, raised, resolve, resolve_symbol, set_field, source_of, tiny_config
+from runner.claims.kit import Context, assignment, claim, comparison, function_source, get_field, literal, raised, resolve_symbol, set_field, source_of, tiny_config
+from .census_round2 import CKPT, _fsdp_config, _passes, _resolve
 from .census_topics import dataclass_default, ddp_default, ddp_name, function_def, module_of
 from .fsdp_topics import REFERENCE, RECIPE, adapter_handover, ast_of, field_doc, own_assignments, strategies
 from .fsdp import raises_exactly
 
 FSDP_CORE = "megatron.core.distributed.fsdp.src.megatron_fsdp.megatron_fsdp"
 BUFFER = "megatron.core.distributed.fsdp.src.megatron_fsdp.param_and_grad_buffer"
-CKPT = "megatron.bridge.training.checkpointing"
 DIST_OPT = "megatron.core.optimizer.distrib_optimizer"
 
 
@@ -43,25 +42,6 @@ def _squash(text: Any) -> str:
 
 def _core_version() -> str:
     return importlib.metadata.version("megatron-core")
-
-
-def _fsdp_config(**kw: Any) -> Any:
-    cfg = tiny_config(**kw)
-    cfg.ddp.use_megatron_fsdp = True
-    return cfg
-
-
-def _resolve(cfg: Any) -> Any:
-    with mock.patch.dict(os.environ, {}, clear=False):
-        os.environ.pop("CUDA_DEVICE_MAX_CONNECTIONS", None)
-        return resolve(cfg)
-
-
-def _passes(ctx: Context, cfg: Any, what: str) -> Any:
-    try:
-        return _resolve(cfg)
-    except Exception as error:  # noqa: BLE001 - any failure contradicts "passes validation"
-        ctx.expect(False, f"{what} fails validation: {type(error).__name__}: {error}")
 
 
 def _enclosing_ifs(tree: ast.AST, node: ast.AST) -> list[str]:
